@@ -1,0 +1,538 @@
+"""Embedded ``delta`` Python data source backed by delta-rs (the ``deltalake`` package).
+
+Used only when the JVM has no native Delta Lake (see :mod:`pelengine.storage`). It serves
+``spark.read.format("delta").load(path)`` and ``df.write.format("delta").mode(m).save(path)``:
+
+* reads: one input partition per data file, Arrow record batches; tables that need the
+  ``deletionVectors`` or ``columnMapping`` reader features are read through delta-rs' own
+  scan (one input partition) so deleted rows and physical column names are handled by it;
+* writes: each task writes its own parquet file into the table directory and reports an Add
+  action; the driver makes ONE Delta commit (``append`` / ``overwrite``), honouring
+  ``txnAppId``/``txnVersion`` (Delta's idempotent-write rule) and ``overwriteSchema``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+SOURCE_NAME = "delta"
+#: Reader features the per-file fast path cannot honour; such tables go through delta-rs' scan.
+SCAN_ONLY_FEATURES = frozenset({"deletionVectors", "columnMapping"})
+#: Reader features delta-rs' scan is trusted with (besides the ones pyarrow datasets support).
+SCAN_FEATURES = SCAN_ONLY_FEATURES | {"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+#: Integer/float widenings accepted on append (the data is cast to the table's type).
+_WIDENINGS = {
+    ("byte", "short"),
+    ("byte", "integer"),
+    ("byte", "long"),
+    ("short", "integer"),
+    ("short", "long"),
+    ("integer", "long"),
+    ("float", "double"),
+}
+_TRUE = {"true", "1", "yes"}
+
+
+class DeltaStorageError(RuntimeError):
+    """A Delta read or write the embedded data source refuses or cannot perform."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def normalize_table_uri(path: str) -> str:
+    """Absolute local path, or the URI unchanged when it has a scheme."""
+    if "://" in path:
+        return path.rstrip("/")
+    if path.startswith("file:"):
+        path = path[len("file:") :]
+    return os.path.abspath(path)
+
+
+def open_table(
+    path: str, version: int | None = None, storage_options: dict[str, str] | None = None
+) -> DeltaTable | None:
+    """The delta-rs table at ``path`` (at ``version`` if given), or None when there is none."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(path, version=version, storage_options=storage_options)
+    except TableNotFoundError:
+        return None
+
+
+def _strip_delta_metadata(node: Any) -> Any:
+    """Copy of a Delta/Spark schema JSON node without ``delta.*`` field metadata."""
+    if isinstance(node, dict):
+        out = {k: _strip_delta_metadata(v) for k, v in node.items()}
+        if isinstance(out.get("metadata"), dict):
+            out["metadata"] = {
+                k: v for k, v in out["metadata"].items() if not k.startswith("delta.")
+            }
+        return out
+    if isinstance(node, list):
+        return [_strip_delta_metadata(v) for v in node]
+    return node
+
+
+def spark_schema_from_delta(schema_json: str) -> StructType:
+    """Spark schema of a Delta schema (Delta's schemaString is Spark's JSON format)."""
+    return StructType.fromJson(_strip_delta_metadata(json.loads(schema_json)))
+
+
+def _as_nullable(node: Any) -> Any:
+    """Schema JSON node with every field/element/value nullable (what Delta does on create)."""
+    if isinstance(node, dict):
+        out = {k: _as_nullable(v) for k, v in node.items()}
+        for key in ("nullable", "containsNull", "valueContainsNull"):
+            if key in out:
+                out[key] = True
+        return out
+    if isinstance(node, list):
+        return [_as_nullable(v) for v in node]
+    return node
+
+
+def delta_schema_json_from_spark(schema: StructType) -> str:
+    """Delta schemaString for a Spark schema: same JSON, all nullable, no metadata."""
+    node = _as_nullable(_strip_delta_metadata(schema.jsonValue()))
+    return json.dumps(node)
+
+
+def _type_shape(node: Any) -> Any:
+    """Schema JSON node reduced to names and types (nullability and metadata ignored)."""
+    if isinstance(node, str):
+        return node
+    kind = node.get("type")
+    if kind == "struct":
+        return ("struct", tuple((f["name"], _type_shape(f["type"])) for f in node["fields"]))
+    if kind == "array":
+        return ("array", _type_shape(node["elementType"]))
+    if kind == "map":
+        return ("map", _type_shape(node["keyType"]), _type_shape(node["valueType"]))
+    return json.dumps(node, sort_keys=True)
+
+
+def schema_differences(table_json: str, data_json: str, *, allow_widening: bool) -> list[str]:
+    """Human-readable differences between a table schema and the data schema (empty: same)."""
+    table = {f["name"]: f["type"] for f in json.loads(table_json)["fields"]}
+    data = {f["name"]: f["type"] for f in json.loads(data_json)["fields"]}
+    diffs = [f"missing column {name!r}" for name in table if name not in data]
+    diffs += [f"new column {name!r}" for name in data if name not in table]
+    for name, table_type in table.items():
+        if name not in data:
+            continue
+        have, want = _type_shape(data[name]), _type_shape(table_type)
+        if have == want:
+            continue
+        if allow_widening and (have, want) in _WIDENINGS:
+            continue
+        diffs.append(
+            f"column {name!r} is {_render(data[name])} but the table has {_render(table_type)}"
+        )
+    return diffs
+
+
+def _render(type_node: Any) -> str:
+    return type_node if isinstance(type_node, str) else json.dumps(type_node)
+
+
+def conform_batch(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
+    """Batch with exactly ``target``'s columns, in order and types (cast where needed)."""
+    import pyarrow as pa
+
+    columns = [batch.column(name) for name in target.names]
+    picked = pa.RecordBatch.from_arrays(columns, names=target.names)
+    if picked.schema.equals(target):
+        return picked
+    return picked.cast(target)
+
+
+def _storage_options(options: Any) -> dict[str, str] | None:
+    """``storage.<key>`` options passed to delta-rs' object store (credentials, endpoints)."""
+    found = {k[len("storage.") :]: str(v) for k, v in options.items() if k.startswith("storage.")}
+    return found or None
+
+
+def _filesystem(table_uri: str, storage_options: dict[str, str] | None) -> Any:
+    """A pyarrow filesystem rooted at the table directory (delta-rs' object store)."""
+    import pyarrow.fs as pa_fs
+    from deltalake.fs import DeltaStorageHandler
+
+    if "://" not in table_uri:
+        os.makedirs(table_uri, exist_ok=True)  # delta-rs' local store needs the directory
+    return pa_fs.PyFileSystem(DeltaStorageHandler(table_uri, storage_options))
+
+
+def table_reader_features(table: DeltaTable) -> set[str]:
+    """Reader features the table's protocol declares (columnMapping also via its config)."""
+    protocol = table.protocol()
+    features = set(protocol.reader_features or [])
+    mapping_mode = table.metadata().configuration.get("delta.columnMapping.mode", "none")
+    if mapping_mode not in ("none", None):
+        features.add("columnMapping")
+    return features
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class DeltaFilePartition(InputPartition):
+    """One data file of the snapshot (path relative to the table, pyarrow partition expr)."""
+
+    def __init__(self, file: str, expression: Any) -> None:
+        super().__init__(file)
+        self.file = file
+        self.expression = expression
+
+
+class DeltaScanPartition(InputPartition):
+    """The whole snapshot, read through delta-rs' own scan."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(version)
+        self.version = version
+
+
+class DeltaReader(DataSourceReader):
+    """Reads one pinned snapshot of a Delta table."""
+
+    def __init__(
+        self, table_uri: str, version: int | None, schema: StructType, options: Any
+    ) -> None:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.table_uri = table_uri
+        self.storage_options = _storage_options(options)
+        table = _require_table(table_uri, version, self.storage_options)
+        self.version = table.version()
+        self.target = to_arrow_schema(schema, timezone="UTC")
+        self.file_schema = pa.schema(table.schema().to_arrow())
+        features = table_reader_features(table)
+        unsupported = features - SCAN_FEATURES - {"variantType", "variantType-preview"}
+        if unsupported:
+            raise DeltaStorageError(
+                f"Delta table at {table_uri} requires reader feature(s) {sorted(unsupported)}, "
+                "which the embedded delta-rs reader does not support; run with native Delta Lake."
+            )
+        self.use_scan = bool(features & SCAN_ONLY_FEATURES)
+        self.files: list[tuple[str, Any]] = []
+        if not self.use_scan:
+            self.files = list(table._table.dataset_partitions(self.file_schema, None))
+
+    def partitions(self) -> Sequence[InputPartition]:
+        if self.use_scan:
+            return [DeltaScanPartition(self.version)]
+        if not self.files:
+            return [DeltaScanPartition(self.version)]  # empty snapshot: one empty partition
+        return [DeltaFilePartition(file, expr) for file, expr in self.files]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, DeltaFilePartition):
+            yield from self._read_file(partition)
+        elif isinstance(partition, DeltaScanPartition):
+            yield from self._read_scan(partition.version)
+
+    def _read_file(self, partition: DeltaFilePartition) -> Iterator[pa.RecordBatch]:
+        import pyarrow.dataset as ds
+
+        filesystem = _filesystem(self.table_uri, self.storage_options)
+        fmt = ds.ParquetFileFormat(
+            read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"),
+            default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True),
+        )
+        fragment = fmt.make_fragment(
+            partition.file, filesystem=filesystem, partition_expression=partition.expression
+        )
+        dataset = ds.FileSystemDataset([fragment], self.file_schema, fmt, filesystem)
+        for batch in dataset.to_batches(columns=self.target.names, use_threads=False):
+            if batch.num_rows:
+                yield conform_batch(batch, self.target)
+
+    def _read_scan(self, version: int) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        if not self.use_scan:
+            return
+        table = _require_table(self.table_uri, version, self.storage_options)
+        for batch in table.scan(columns=self.target.names):
+            arrow_batch = pa.record_batch(batch)
+            if arrow_batch.num_rows:
+                yield conform_batch(arrow_batch, self.target)
+
+
+def _require_table(
+    table_uri: str, version: int | None, storage_options: dict[str, str] | None
+) -> DeltaTable:
+    table = open_table(table_uri, version, storage_options)
+    if table is None:
+        raise DeltaStorageError(f"No Delta table at {table_uri} (no _delta_log found).")
+    return table
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass
+class AddedFile:
+    """A parquet file a task wrote into the table directory (path relative to the table)."""
+
+    path: str
+    size: int
+    num_records: int
+    modification_time: int
+
+
+@dataclass
+class DeltaCommitMessage(WriterCommitMessage):
+    """What one write task produced."""
+
+    files: list[AddedFile] = field(default_factory=list)
+
+
+class DeltaWriter(DataSourceArrowWriter):
+    """Per-task parquet files, one Delta commit on the driver."""
+
+    def __init__(self, table_uri: str, schema: StructType, overwrite: bool, options: Any) -> None:
+        import pyarrow as pa
+        from deltalake import Schema
+
+        self.table_uri = table_uri
+        self.overwrite = overwrite
+        self.storage_options = _storage_options(options)
+        self.overwrite_schema = str(options.get("overwriteSchema", "false")).lower() in _TRUE
+        if str(options.get("mergeSchema", "false")).lower() in _TRUE:
+            raise DeltaStorageError(
+                "mergeSchema is not supported by the embedded delta-rs writer; "
+                "use overwriteSchema with mode('overwrite') or run with native Delta Lake."
+            )
+        app_id, txn_version = options.get("txnAppId"), options.get("txnVersion")
+        if (app_id is None) != (txn_version is None):
+            raise DeltaStorageError("txnAppId and txnVersion must be set together.")
+        self.txn_app_id: str | None = app_id
+        self.txn_version: int | None = int(txn_version) if txn_version is not None else None
+        self.data_schema_json = delta_schema_json_from_spark(schema)
+
+        table = open_table(table_uri, storage_options=self.storage_options)
+        self.skip = table is not None and self._already_done(table)
+        self.table_schema_json = self._check_target(table) if table is not None else None
+        commit_schema_json = self.table_schema_json or self.data_schema_json
+        self.file_schema = pa.schema(Schema.from_json(commit_schema_json).to_arrow())
+
+    # driver-side checks ---------------------------------------------------------------
+    def _already_done(self, table: DeltaTable) -> bool:
+        """Delta's idempotent-write rule: skip when txnVersion <= the recorded one."""
+        if self.txn_app_id is None or self.txn_version is None:
+            return False
+        recorded = table.transaction_version(self.txn_app_id)
+        return recorded is not None and self.txn_version <= recorded
+
+    def _check_target(self, table: DeltaTable) -> str | None:
+        """Refuse targets this writer cannot write; return the schema files must follow."""
+        metadata = table.metadata()
+        if metadata.partition_columns:
+            raise DeltaStorageError(
+                f"Delta table at {self.table_uri} is partitioned by {metadata.partition_columns}; "
+                "the embedded delta-rs writer only writes unpartitioned tables."
+            )
+        if "columnMapping" in table_reader_features(table):
+            raise DeltaStorageError(
+                f"Delta table at {self.table_uri} uses column mapping; the embedded delta-rs "
+                "writer cannot write it. Run with native Delta Lake."
+            )
+        table_json = table.schema().to_json()
+        if self.overwrite and self.overwrite_schema:
+            return None  # the data's schema replaces the table's
+        diffs = schema_differences(table_json, self.data_schema_json, allow_widening=True)
+        if diffs:
+            what = "overwrite" if self.overwrite else "append"
+            hint = (
+                "set option overwriteSchema=true to replace the table schema"
+                if self.overwrite
+                else "write with mode('overwrite') and overwriteSchema=true to replace it"
+            )
+            raise DeltaStorageError(
+                f"Schema mismatch on {what} to Delta table at {self.table_uri}: "
+                f"{'; '.join(diffs)}. {hint.capitalize()}."
+            )
+        return json.dumps(_strip_delta_metadata(json.loads(table_json)))
+
+    # tasks -------------------------------------------------------------------------------
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        if self.skip:
+            return DeltaCommitMessage()
+        context = TaskContext.get()
+        task = context.partitionId() if context is not None else 0
+        name = f"part-{task:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+        filesystem = _filesystem(self.table_uri, self.storage_options)
+        writer: pq.ParquetWriter | None = None
+        rows = 0
+        try:
+            for batch in iterator:
+                if not batch.num_rows:
+                    continue
+                if writer is None:
+                    writer = pq.ParquetWriter(
+                        name, self.file_schema, filesystem=filesystem, compression="snappy"
+                    )
+                writer.write_batch(conform_batch(batch, self.file_schema))
+                rows += batch.num_rows
+            if writer is None:
+                return DeltaCommitMessage()
+            writer.close()
+            writer = None
+            size = filesystem.get_file_info(name).size
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            _delete_files(self.table_uri, self.storage_options, [name], missing_ok=True)
+            raise
+        now = int(time.time() * 1000)
+        return DeltaCommitMessage([AddedFile(name, int(size), rows, now)])
+
+    # driver commit -----------------------------------------------------------------------
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = _files_of(messages)
+        if self.skip:
+            return
+        before = open_table(self.table_uri, storage_options=self.storage_options)
+        before_version = before.version() if before is not None else None
+        try:
+            self._commit(before, files)
+        except BaseException:
+            after = open_table(self.table_uri, storage_options=self.storage_options)
+            if (after.version() if after is not None else None) == before_version:
+                _delete_files(self.table_uri, self.storage_options, [f.path for f in files])
+            raise
+
+    def _commit(self, table: DeltaTable | None, files: list[AddedFile]) -> None:
+        from deltalake import Schema
+        from deltalake.transaction import (
+            AddAction,
+            CommitProperties,
+            Transaction,
+            create_table_with_add_actions,
+        )
+
+        if table is not None and self._already_done(table):  # a concurrent run got there first
+            _delete_files(self.table_uri, self.storage_options, [f.path for f in files])
+            return
+        if table is not None and self.table_schema_json is None and not self.overwrite_schema:
+            self._check_target(table)  # the table appeared after planning: same checks
+        adds = [
+            AddAction(
+                f.path,
+                f.size,
+                {},
+                f.modification_time,
+                True,
+                json.dumps({"numRecords": f.num_records}),
+            )
+            for f in files
+        ]
+        properties = CommitProperties(
+            app_transactions=(
+                [Transaction(self.txn_app_id, self.txn_version)]
+                if self.txn_app_id is not None and self.txn_version is not None
+                else None
+            )
+        )
+        if table is None:
+            create_table_with_add_actions(
+                self.table_uri,
+                Schema.from_json(self.data_schema_json),
+                adds,
+                mode="error",
+                storage_options=self.storage_options,
+                commit_properties=properties,
+            )
+            return
+        schema_json = self.table_schema_json or self.data_schema_json
+        table.create_write_transaction(
+            list(adds),
+            "overwrite" if self.overwrite else "append",
+            Schema.from_json(schema_json),
+            commit_properties=properties,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _delete_files(self.table_uri, self.storage_options, [f.path for f in _files_of(messages)])
+
+
+def _files_of(messages: list[WriterCommitMessage | None]) -> list[AddedFile]:
+    return [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
+
+
+def _delete_files(
+    table_uri: str,
+    storage_options: dict[str, str] | None,
+    paths: list[str],
+    *,
+    missing_ok: bool = True,
+) -> None:
+    """Best-effort removal of files written by this job (never referenced by the log)."""
+    if not paths:
+        return
+    filesystem = _filesystem(table_uri, storage_options)
+    for path in paths:
+        try:
+            filesystem.delete_file(path)
+        except (FileNotFoundError, OSError):
+            if not missing_ok:
+                raise
+
+
+# --------------------------------------------------------------------------- data source
+
+
+class DeltaDataSource(DataSource):
+    """``format("delta")`` served by delta-rs; options: path, versionAsOf, overwriteSchema,
+    txnAppId, txnVersion, storage.<object-store option>."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _path(self) -> str:
+        path = self.options.get("path")
+        if not path:
+            raise DeltaStorageError("format('delta') needs a path: use .load(path) / .save(path).")
+        return normalize_table_uri(str(path))
+
+    def _version(self) -> int | None:
+        version = self.options.get("versionAsOf")
+        return int(version) if version is not None else None
+
+    def schema(self) -> StructType:
+        table = _require_table(self._path(), self._version(), _storage_options(self.options))
+        return spark_schema_from_delta(table.schema().to_json())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DeltaReader(self._path(), self._version(), schema, self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DeltaWriter:
+        return DeltaWriter(self._path(), schema, overwrite, self.options)

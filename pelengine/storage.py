@@ -1,0 +1,192 @@
+"""The storage seam: the one module that knows paths and Delta Lake.
+
+Job code reads with ``spark.read.format("delta").load(path)`` and writes with
+``df.write.format("delta").mode(m).option(...).save(path)`` (or the helpers below). With
+native Delta Lake on the classpath (Databricks, ``--packages io.delta:...``) those calls go
+to it unchanged; otherwise :func:`install_storage` registers an embedded Python data source
+named ``delta`` backed by delta-rs (:mod:`pelengine.spark.delta_source`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+NATIVE = "native"
+EMBEDDED = "embedded"
+MODE_CONF = "pelengine.storage.mode"
+DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+_SAVE_MODES = {
+    "overwrite": "overwrite",
+    "append": "append",
+    "ignore": "ignore",
+    "error": "errorifexists",
+    "errorifexists": "errorifexists",
+    "default": "errorifexists",
+}
+
+
+# --------------------------------------------------------------------------- the guard
+
+
+def probe_jvm_delta(spark: SparkSession) -> bool | None:
+    """True/False if the JVM can/cannot load Delta's data source class; None if unknowable
+    (Spark Connect / serverless: no py4j gateway)."""
+    try:
+        jvm = spark._jvm
+    except Exception:
+        return None
+    if jvm is None:
+        return None
+    try:
+        jvm.org.apache.spark.util.Utils.classForName(DELTA_SOURCE_CLASS, False, False)
+        return True
+    except Exception as exc:  # py4j wraps ClassNotFoundException
+        return False if "ClassNotFoundException" in str(exc) else None
+
+
+def _configured_extensions(spark: SparkSession) -> str:
+    try:
+        return str(spark.conf.get("spark.sql.extensions", "") or "")
+    except Exception:
+        return ""
+
+
+def choose_storage_mode(
+    has_delta_class: bool | None,
+    extensions: str,
+    register: Callable[[], None],
+) -> str:
+    """Decide native vs embedded; ``register`` installs the embedded source (may raise).
+
+    Native Delta always wins: a loadable JVM class, or (when the class cannot be probed) the
+    Delta session extension, means native. Otherwise the embedded source is registered; if
+    Spark refuses because a ``delta`` source already exists, that source is native Delta.
+    """
+    if has_delta_class:
+        return NATIVE
+    if has_delta_class is None and DELTA_EXTENSION in extensions:
+        return NATIVE
+    try:
+        register()
+    except Exception as exc:
+        if _is_already_exists(exc):
+            return NATIVE
+        raise RuntimeError(
+            f"No native Delta Lake found and the embedded delta data source could not be "
+            f"registered: {exc}"
+        ) from exc
+    return EMBEDDED
+
+
+def _is_already_exists(exc: BaseException) -> bool:
+    text = str(exc)
+    return "DATA_SOURCE_ALREADY_EXISTS" in text or "already exists" in text.lower()
+
+
+def install_storage(spark: SparkSession) -> str:
+    """Make ``format("delta")`` work in this session; returns "native" or "embedded"."""
+    current = _installed_mode(spark)
+    if current is not None:
+        return current
+
+    def register() -> None:
+        from pelengine.spark.delta_source import DeltaDataSource
+
+        spark.dataSource.register(DeltaDataSource)
+
+    mode = choose_storage_mode(probe_jvm_delta(spark), _configured_extensions(spark), register)
+    spark.conf.set(MODE_CONF, mode)
+    return mode
+
+
+def _installed_mode(spark: SparkSession) -> str | None:
+    try:
+        value = spark.conf.get(MODE_CONF, None)
+    except Exception:
+        return None
+    return value if value in (NATIVE, EMBEDDED) else None
+
+
+def storage_mode(spark: SparkSession) -> str:
+    """What :func:`install_storage` chose for this session."""
+    mode = _installed_mode(spark)
+    if mode is None:
+        raise RuntimeError("pelengine storage is not installed: call install_storage(spark) first")
+    return mode
+
+
+# --------------------------------------------------------------------------- read / write
+
+
+def read_table(spark: SparkSession, path: str) -> DataFrame:
+    """The Delta table at ``path``."""
+    return spark.read.format("delta").load(path)
+
+
+def write_table(
+    df: DataFrame,
+    path: str,
+    mode: str = "overwrite",
+    *,
+    txn_app_id: str | None = None,
+    txn_version: int | None = None,
+    overwrite_schema: bool = False,
+) -> None:
+    """Write ``df`` as the Delta table at ``path`` (one commit).
+
+    ``txn_app_id``/``txn_version`` make the write idempotent (skipped when ``txn_version`` is
+    not greater than the one recorded for ``txn_app_id``); ``overwrite_schema`` lets an
+    overwrite replace the table schema. Modes: overwrite, append, errorifexists/error, ignore.
+    """
+    save_mode = _SAVE_MODES.get(mode.lower())
+    if save_mode is None:
+        raise ValueError(f"unknown save mode {mode!r}; expected one of {sorted(_SAVE_MODES)}")
+    if (txn_app_id is None) != (txn_version is None):
+        raise ValueError("txn_app_id and txn_version must be given together")
+    spark = df.sparkSession
+    if storage_mode(spark) == EMBEDDED and save_mode in ("errorifexists", "ignore"):
+        # Python data sources only support append/overwrite: apply Spark's rule here.
+        if table_exists(spark, path):
+            if save_mode == "ignore":
+                return
+            raise FileExistsError(
+                f"Delta table already exists at {path} (mode 'errorifexists'); "
+                "use mode 'overwrite' or 'append'."
+            )
+        save_mode = "append"
+    writer = df.write.format("delta").mode(save_mode)
+    if txn_app_id is not None and txn_version is not None:
+        writer = writer.option("txnAppId", txn_app_id).option("txnVersion", str(txn_version))
+    if overwrite_schema:
+        writer = writer.option("overwriteSchema", "true")
+    writer.save(path)
+
+
+# --------------------------------------------------------------------------- table facts
+
+
+def table_version(spark: SparkSession, path: str) -> int | None:
+    """Current Delta version of the table at ``path``; None if there is no table."""
+    if storage_mode(spark) == EMBEDDED:
+        from pelengine.spark.delta_source import normalize_table_uri, open_table
+
+        table = open_table(normalize_table_uri(path))
+        return table.version() if table is not None else None
+    from pyspark.errors import AnalysisException
+
+    quoted = path.replace("`", "``")
+    try:
+        rows = spark.sql(f"DESCRIBE HISTORY delta.`{quoted}` LIMIT 1").collect()
+    except AnalysisException:
+        return None
+    return int(rows[0]["version"]) if rows else None
+
+
+def table_exists(spark: SparkSession, path: str) -> bool:
+    """Whether a Delta table exists at ``path``."""
+    return table_version(spark, path) is not None
