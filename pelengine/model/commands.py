@@ -1,0 +1,967 @@
+"""One handler per Redis command, applying its effects to the model.
+
+Every handler receives the replayer (the keyspace and the history recorder)
+and the call (argv, db, the command's "now"). A handler that finds an argument
+Redis would refuse raises ``CommandError`` before changing anything, so that a
+rejected command has no effect, as in Redis. Parsing order follows the server,
+so the same malformed command fails for the same reason.
+
+The behaviour of each command is described in its docstring: syntax, effects on
+the stream and its groups, and side effects (consumer creation, seen and active
+times). Differences between version profiles are named where they apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pelengine.model.ids import (
+    MAX_ID,
+    U64_MAX,
+    ZERO_ID,
+    ParseError,
+    StreamID,
+    incr_id,
+    parse_id,
+    parse_ll,
+    parse_strict_id,
+)
+from pelengine.model.state import (
+    INVALID_ENTRIES_READ,
+    Consumer,
+    Group,
+    OtherValue,
+    PendingEntry,
+    Stream,
+)
+
+if TYPE_CHECKING:
+    from pelengine.model.replay import Call, Replayer
+
+
+class CommandError(Exception):
+    """Redis would reply with an error: the command has no effect."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def _ll(text: str, kind: str = "not_an_integer") -> int:
+    value = parse_ll(text)
+    if value is None:
+        raise CommandError(kind)
+    return value
+
+
+def _strict_id(text: str) -> StreamID:
+    try:
+        return parse_strict_id(text)
+    except ParseError as exc:
+        raise CommandError(exc.kind) from None
+
+
+def _any_id(text: str) -> StreamID:
+    try:
+        return parse_id(text)[0]
+    except ParseError as exc:
+        raise CommandError(exc.kind) from None
+
+
+# --------------------------------------------------------------------------
+# Stream helpers: the counters Redis derives for entries_read and lag.
+# --------------------------------------------------------------------------
+
+
+def range_has_tombstones(stream: Stream, start: StreamID | None) -> bool:
+    """True when an XDEL tombstone may lie at or after ``start`` (Redis' estimate)."""
+    mdel = stream.max_deleted_entry_id
+    if not stream.length or mdel == ZERO_ID:
+        return False
+    if stream.first_id > mdel:
+        return False
+    start_id = start if start is not None else ZERO_ID
+    return start_id <= mdel
+
+
+def estimate_entries_read(stream: Stream, entry_id: StreamID) -> int:
+    """The logical read counter of ``entry_id``, or -1 when it cannot be known."""
+    if not stream.entries_added:
+        return 0
+    if not stream.length and entry_id <= stream.last_id:
+        return stream.entries_added
+    if entry_id == stream.last_id:
+        return stream.entries_added
+    if entry_id > stream.last_id:
+        return INVALID_ENTRIES_READ
+    mdel = stream.max_deleted_entry_id
+    if mdel == ZERO_ID or mdel < stream.first_id:
+        if entry_id < stream.first_id:
+            return stream.entries_added - stream.length
+        if entry_id == stream.first_id:
+            return stream.entries_added - stream.length + 1
+    return INVALID_ENTRIES_READ
+
+
+def group_lag(stream: Stream, group: Group) -> int | None:
+    """The lag XINFO GROUPS reports, or None where Redis replies nil."""
+    if not stream.entries_added:
+        return 0
+    if group.entries_read != INVALID_ENTRIES_READ and not range_has_tombstones(
+        stream, group.last_id
+    ):
+        return stream.entries_added - group.entries_read
+    estimate = estimate_entries_read(stream, group.last_id)
+    if estimate == INVALID_ENTRIES_READ:
+        return None
+    return stream.entries_added - estimate
+
+
+def _refresh_first_id(stream: Stream) -> None:
+    stream.first_id = stream.entries[0] if stream.length else ZERO_ID
+
+
+# --------------------------------------------------------------------------
+# XADD / XTRIM
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class TrimArgs:
+    strategy: str | None = None  # "maxlen" | "minid"
+    approx: bool = False
+    maxlen: int = 0
+    minid: StreamID = ZERO_ID
+    limit: int = 0
+    no_mkstream: bool = False
+    id_given: bool = False
+    seq_given: bool = True
+    given_id: StreamID = ZERO_ID
+
+
+def _parse_add_or_trim(argv: list[str], xadd: bool) -> tuple[int, TrimArgs]:
+    """Options of XADD/XTRIM in server order; returns the ID position (XADD) and the options."""
+    args = TrimArgs()
+    limit_given = False
+    i = 2
+    argc = len(argv)
+    while i < argc:
+        moreargs = argc - 1 - i
+        opt = argv[i]
+        low = opt.lower()
+        if xadd and opt == "*":
+            break
+        if low in ("maxlen", "minid") and moreargs:
+            if args.strategy is not None:
+                raise CommandError("syntax_error")
+            args.approx = False
+            nxt = argv[i + 1]
+            if moreargs >= 2 and nxt == "~":
+                args.approx = True
+                i += 1
+            elif moreargs >= 2 and nxt == "=":
+                i += 1
+            if low == "maxlen":
+                args.maxlen = _ll(argv[i + 1])
+                if args.maxlen < 0:
+                    raise CommandError("out_of_range")
+            else:
+                args.minid = _strict_id(argv[i + 1])
+            args.strategy = low
+            i += 2
+            continue
+        if low == "limit" and moreargs:
+            args.limit = _ll(argv[i + 1])
+            if args.limit < 0:
+                raise CommandError("out_of_range")
+            limit_given = True
+            i += 2
+            continue
+        if xadd and low == "nomkstream":
+            args.no_mkstream = True
+            i += 1
+            continue
+        if xadd:
+            try:
+                args.given_id, args.seq_given = parse_id(opt, strict=True, allow_seq_star=True)
+            except ParseError as exc:
+                raise CommandError(exc.kind) from None
+            args.id_given = True
+            break
+        raise CommandError("syntax_error")
+    if args.limit and args.strategy is None:
+        raise CommandError("syntax_error")
+    if not xadd and args.strategy is None:
+        raise CommandError("syntax_error")
+    if limit_given and not args.approx:
+        raise CommandError("syntax_error")
+    return i, args
+
+
+def _trim(r: Replayer, call: Call, stream: Stream, args: TrimArgs) -> int:
+    """Remove entries from the head as MAXLEN/MINID asks; returns how many.
+
+    Exact trimming is deterministic. Approximate trimming (``~``) is applied as
+    exact here and counted in ``approx_trims`` (node-granular emulation is
+    planned for command logs; effects logs already carry the exact form).
+    """
+    if args.approx:
+        r.note("approx_trim_applied_exactly")
+    entries = stream.entries
+    if args.strategy == "maxlen":
+        excess = len(entries) - args.maxlen
+        if excess <= 0:
+            return 0
+        del entries[:excess]
+        deleted = excess
+    else:
+        cut = entries.bisect_left(args.minid)
+        if cut == 0:
+            return 0
+        del entries[:cut]
+        deleted = cut
+    _refresh_first_id(stream)
+    return deleted
+
+
+def xadd(r: Replayer, call: Call) -> None:
+    """XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] <*|id|ms-*> field value ...
+
+    Appends an entry. ``*`` takes max(now, last_id.ms) with the next sequence;
+    ``ms-*`` picks the sequence; an explicit ID must exceed the stream's
+    last_id and may not be 0-0. Creates the key unless NOMKSTREAM. Counts
+    ``entries_added``; records the first entry ID when the stream was empty.
+    Trimming then removes entries from the head; their PEL entries stay
+    dangling. Groups are untouched.
+    """
+    argv = call.argv
+    idpos, args = _parse_add_or_trim(argv, xadd=True)
+    field_pos = idpos + 1
+    nfields = len(argv) - field_pos
+    if nfields < 2 or nfields % 2 == 1:
+        raise CommandError("wrong_arity")
+    if args.id_given and args.seq_given and args.given_id == ZERO_ID:
+        raise CommandError("id_zero")
+    key = argv[1]
+    stream = r.lookup_stream(call.db, key)
+    if stream is None:
+        if args.no_mkstream:
+            return
+        stream = r.create_stream(call.db, key)
+    last = stream.last_id
+    if last == MAX_ID:
+        raise CommandError("stream_exhausted")
+    if args.id_given:
+        if args.seq_given:
+            new_id = args.given_id
+        elif last.ms == args.given_id.ms:
+            if last.seq == U64_MAX:
+                raise CommandError("id_too_small")
+            new_id = StreamID(last.ms, last.seq + 1)
+        else:
+            new_id = StreamID(args.given_id.ms, 0)
+    elif call.now > last.ms:
+        new_id = StreamID(call.now, 0)
+    else:
+        nxt = incr_id(last)
+        new_id = nxt if nxt is not None else ZERO_ID
+    if new_id <= last:
+        raise CommandError("id_too_small")
+    stream.entries.add(new_id)
+    stream.last_id = new_id
+    stream.entries_added += 1
+    if stream.length == 1:
+        stream.first_id = new_id
+    call.result = new_id
+    if args.strategy is not None:
+        _trim(r, call, stream, args)
+
+
+def xtrim(r: Replayer, call: Call) -> None:
+    """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT n]
+
+    Removes entries from the head of the stream. A missing key is not an
+    error. Trimming does not move ``max_deleted_entry_id``; PEL entries of
+    trimmed IDs stay pending (dangling) until a claim or ack touches them.
+    """
+    _, args = _parse_add_or_trim(call.argv, xadd=False)
+    stream = r.lookup_stream(call.db, call.argv[1])
+    if stream is None:
+        return
+    _trim(r, call, stream, args)
+
+
+def xdel(r: Replayer, call: Call) -> None:
+    """XDEL key id [id ...]
+
+    Deletes entries by ID (all IDs are parsed first: one bad ID fails the whole
+    command). Raises ``max_deleted_entry_id`` to the largest deleted ID and
+    updates the recorded first entry. PEL entries of deleted IDs stay dangling.
+    """
+    argv = call.argv
+    stream = r.lookup_stream(call.db, argv[1])
+    if stream is None:
+        return
+    ids = [_strict_id(a) for a in argv[2:]]
+    deleted = 0
+    first_entry = False
+    for entry_id in ids:
+        if entry_id in stream.entries:
+            stream.entries.remove(entry_id)
+            if entry_id == stream.first_id:
+                first_entry = True
+            if entry_id > stream.max_deleted_entry_id:
+                stream.max_deleted_entry_id = entry_id
+            deleted += 1
+    if deleted and (stream.length == 0 or first_entry):
+        _refresh_first_id(stream)
+
+
+# --------------------------------------------------------------------------
+# XREADGROUP
+# --------------------------------------------------------------------------
+
+
+def _get_or_create_consumer(r: Replayer, group: Group, name: str, now: int) -> Consumer:
+    consumer = group.consumers.get(name)
+    if consumer is None:
+        consumer = Consumer(name, now)
+        group.consumers[name] = consumer
+    return consumer
+
+
+def _serve_new(
+    r: Replayer,
+    call: Call,
+    key: str,
+    stream: Stream,
+    group: Group,
+    consumer: Consumer,
+    count: int,
+    noack: bool,
+) -> None:
+    """Deliver entries after the group's last_id (a ``>`` read)."""
+    now = call.now
+    start = incr_id(group.last_id) or ZERO_ID
+    delivered = 0
+    for entry_id in stream.entries.irange(minimum=start):
+        if entry_id > group.last_id:
+            if group.entries_read != INVALID_ENTRIES_READ and not range_has_tombstones(
+                stream, entry_id
+            ):
+                group.entries_read += 1
+            elif stream.entries_added:
+                group.entries_read = estimate_entries_read(stream, entry_id)
+            group.last_id = entry_id
+        if not noack:
+            nack = group.pel.get(entry_id)
+            if nack is None:
+                nack = PendingEntry(consumer, now, 1)
+                group.pel[entry_id] = nack
+                consumer.pel[entry_id] = nack
+                r.record(call, key, group, entry_id, "delivered", None, consumer, nack)
+            else:
+                previous = nack.consumer
+                if previous is not None:
+                    previous.pel.pop(entry_id, None)
+                nack.consumer = consumer
+                nack.delivery_time = now
+                nack.delivery_count = 1
+                consumer.pel[entry_id] = nack
+                r.record(call, key, group, entry_id, "reassigned", previous, consumer, nack)
+            if r.profile.active_time:
+                consumer.active_time = now
+        delivered += 1
+        if count and delivered == count:
+            break
+
+
+def _serve_history(
+    r: Replayer,
+    call: Call,
+    key: str,
+    stream: Stream,
+    group: Group,
+    consumer: Consumer,
+    start: StreamID,
+    count: int,
+) -> None:
+    """Re-deliver the consumer's own pending entries from ``start`` (a history read)."""
+    served = 0
+    for entry_id in consumer.pel.irange(minimum=start):
+        if count and served >= count:
+            break
+        if entry_id in stream.entries:
+            nack = consumer.pel[entry_id]
+            nack.delivery_time = call.now
+            nack.delivery_count += 1
+            r.record(call, key, group, entry_id, "redelivered", consumer, consumer, nack)
+        served += 1
+
+
+def xreadgroup(r: Replayer, call: Call) -> None:
+    """XREADGROUP GROUP g c [COUNT n] [BLOCK ms] [NOACK] STREAMS key [key ...] id [id ...]
+
+    For each stream: with ``>``, delivers entries after the group's last_id
+    (COUNT limits; 0 or negative means all), advancing last_id and
+    entries_read and creating PEL entries (count 1, time now) owned by the
+    reader; an ID already pending is reassigned to the reader with its count
+    reset to 1. NOACK delivers without PEL entries. With any other ID, re-reads
+    the reader's own pending entries after that ID: each one still in the
+    stream gets count+1 and time now; deleted ones stay pending untouched.
+    Every key must exist with the group, or the command fails as a whole.
+
+    Side effects: 7.0 creates the consumer and refreshes its seen time only on
+    a stream that is served (a history read, or a ``>`` read with entries after
+    last_id); 7.2+ does so on every call, and sets active time on ``>``
+    deliveries that create PEL entries. A read that would block has no effect
+    here (blocked clients are served by later writes only in the command-log
+    engine).
+    """
+    argv = call.argv
+    argc = len(argv)
+    group_name: str | None = None
+    consumer_name = ""
+    count = 0
+    noack = False
+    streams_arg = 0
+    i = 1
+    while i < argc:
+        moreargs = argc - i - 1
+        low = argv[i].lower()
+        if low == "block" and moreargs:
+            i += 1
+            timeout = parse_ll(argv[i])
+            if timeout is None:
+                raise CommandError("not_an_integer")
+            if timeout < 0:
+                raise CommandError("out_of_range")
+        elif low == "count" and moreargs:
+            i += 1
+            count = max(_ll(argv[i]), 0)
+        elif low == "streams" and moreargs:
+            streams_arg = i + 1
+            if (argc - streams_arg) % 2:
+                raise CommandError("syntax_error")
+            break
+        elif low == "group" and moreargs >= 2:
+            group_name = argv[i + 1]
+            consumer_name = argv[i + 2]
+            i += 2
+        elif low == "noack":
+            noack = True
+        else:
+            raise CommandError("syntax_error")
+        i += 1
+    if streams_arg == 0 or group_name is None:
+        raise CommandError("syntax_error")
+    nstreams = (argc - streams_arg) // 2
+    keys = argv[streams_arg : streams_arg + nstreams]
+    targets: list[tuple[str, Stream, Group, StreamID | None]] = []
+    for key, id_text in zip(keys, argv[streams_arg + nstreams :], strict=True):
+        stream = r.lookup_stream(call.db, key)
+        group = stream.groups.get(group_name) if stream is not None else None
+        if stream is None or group is None:
+            raise CommandError("nogroup")
+        if id_text in ("$", "+") and (id_text == "$" or r.profile.name != "7.0"):
+            raise CommandError("syntax_error")
+        if id_text == ">":
+            targets.append((key, stream, group, None))
+        else:
+            gt = _strict_id(id_text)
+            targets.append((key, stream, group, None if gt == MAX_ID else gt))
+    for key, stream, group, gt in targets:
+        eager = r.profile.eager_consumers
+        if gt is not None:
+            consumer = _get_or_create_consumer(r, group, consumer_name, call.now)
+            consumer.seen_time = call.now
+            start = incr_id(gt) or ZERO_ID
+            _serve_history(r, call, key, stream, group, consumer, start, count)
+            continue
+        serve = stream.length > 0 and stream.entries[-1] > group.last_id
+        if eager or serve:
+            consumer = _get_or_create_consumer(r, group, consumer_name, call.now)
+            consumer.seen_time = call.now
+            if serve:
+                _serve_new(r, call, key, stream, group, consumer, count, noack)
+
+
+# --------------------------------------------------------------------------
+# XCLAIM / XAUTOCLAIM / XACK
+# --------------------------------------------------------------------------
+
+
+def _lookup_group(r: Replayer, call: Call) -> tuple[Stream, Group]:
+    stream = r.lookup_stream(call.db, call.argv[1])
+    group = stream.groups.get(call.argv[2]) if stream is not None else None
+    if stream is None or group is None:
+        raise CommandError("nogroup")
+    return stream, group
+
+
+def _drop_dangling(
+    r: Replayer, call: Call, key: str, group: Group, entry_id: StreamID, nack: PendingEntry
+) -> None:
+    """A claim found the entry gone from the stream: the PEL entry is removed."""
+    del group.pel[entry_id]
+    if nack.consumer is not None:
+        nack.consumer.pel.pop(entry_id, None)
+    r.record(call, key, group, entry_id, "dropped", nack.consumer, None, nack, status="deleted")
+
+
+def _claim(
+    r: Replayer,
+    call: Call,
+    key: str,
+    group: Group,
+    entry_id: StreamID,
+    nack: PendingEntry,
+    consumer: Consumer,
+    delivery_time: int,
+    retrycount: int,
+    justid: bool,
+) -> None:
+    previous = nack.consumer
+    if previous is not consumer and previous is not None:
+        previous.pel.pop(entry_id, None)
+    nack.delivery_time = delivery_time
+    if retrycount >= 0:
+        nack.delivery_count = retrycount
+    elif not justid:
+        nack.delivery_count += 1
+    if previous is not consumer:
+        consumer.pel[entry_id] = nack
+        nack.consumer = consumer
+    if r.profile.active_time:
+        consumer.active_time = call.now
+    r.record(call, key, group, entry_id, "claimed", previous, consumer, nack)
+
+
+def xclaim(r: Replayer, call: Call) -> None:
+    """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME ms] [RETRYCOUNT n]
+    [FORCE] [JUSTID] [LASTID id]
+
+    Gives pending entries to ``consumer`` when idle >= min-idle-time (0 or
+    negative: always). IDs are parsed until the first non-ID, the rest are
+    options; any bad option fails the whole command. An ID whose entry is gone
+    from the stream is removed from the PEL instead of claimed. FORCE creates a
+    PEL entry for an existing stream entry nobody holds. IDLE/TIME set the
+    delivery time (future or negative values become now); RETRYCOUNT sets the
+    counter, otherwise it is incremented unless JUSTID. LASTID moves the
+    group's last_id forward only.
+
+    Side effects: 7.0 creates the consumer / refreshes its seen time at the
+    first successful claim only; 7.2+ on every call, and sets its active time
+    on each successful claim.
+    """
+    argv = call.argv
+    key = argv[1]
+    stream, group = _lookup_group(r, call)
+    minidle = max(_ll(argv[4]), 0)
+    ids: list[StreamID] = []
+    j = 5
+    while j < len(argv):
+        try:
+            ids.append(parse_strict_id(argv[j]))
+        except ParseError:
+            break
+        j += 1
+    now = call.now
+    force = justid = False
+    retrycount = -1
+    delivery_time = -1
+    last_id = ZERO_ID
+    while j < len(argv):
+        moreargs = len(argv) - 1 - j
+        low = argv[j].lower()
+        if low == "force":
+            force = True
+        elif low == "justid":
+            justid = True
+        elif low == "idle" and moreargs:
+            j += 1
+            delivery_time = now - _ll(argv[j])
+        elif low == "time" and moreargs:
+            j += 1
+            delivery_time = _ll(argv[j])
+        elif low == "retrycount" and moreargs:
+            j += 1
+            retrycount = _ll(argv[j])
+        elif low == "lastid" and moreargs:
+            j += 1
+            last_id = _strict_id(argv[j])
+        else:
+            raise CommandError("syntax_error")
+        j += 1
+    if last_id > group.last_id:
+        group.last_id = last_id
+    if delivery_time == -1 or delivery_time < 0 or delivery_time > now:
+        delivery_time = now
+    consumer: Consumer | None = None
+    if r.profile.eager_consumers:
+        consumer = _get_or_create_consumer(r, group, argv[3], now)
+        consumer.seen_time = now
+    for entry_id in ids:
+        nack = group.pel.get(entry_id)
+        if entry_id not in stream.entries:
+            if nack is not None:
+                _drop_dangling(r, call, key, group, entry_id, nack)
+            continue
+        if force and nack is None:
+            nack = PendingEntry(None, now, 1)
+            group.pel[entry_id] = nack
+        if nack is None:
+            continue
+        if nack.consumer is not None and minidle and now - nack.delivery_time < minidle:
+            continue
+        if consumer is None:
+            consumer = _get_or_create_consumer(r, group, argv[3], now)
+            consumer.seen_time = now
+        _claim(r, call, key, group, entry_id, nack, consumer, delivery_time, retrycount, justid)
+
+
+def xautoclaim(r: Replayer, call: Call) -> None:
+    """XAUTOCLAIM key group consumer min-idle-time start [COUNT n] [JUSTID]
+
+    Scans the group PEL in ID order from ``start`` (``(id`` excludes it),
+    examining at most COUNT*10 entries (COUNT defaults to 100) and claiming up
+    to COUNT of those idle >= min-idle-time: delivery time becomes now and the
+    counter is incremented unless JUSTID. Entries gone from the stream are
+    removed from the PEL and count against COUNT. The reply's cursor is the
+    next PEL ID after the scan, 0-0 at the end.
+
+    Side effects: as XCLAIM (7.0: consumer at the first claim; 7.2+: always).
+    """
+    argv = call.argv
+    key = argv[1]
+    minidle = max(_ll(argv[4]), 0)
+    start_text = argv[5]
+    if len(start_text) > 1 and start_text[0] == "(":
+        start = _strict_id(start_text[1:])
+        nxt = incr_id(start)
+        if nxt is None:
+            raise CommandError("invalid_id")
+        start = nxt
+    else:
+        start = _any_id(start_text)
+    count = 100
+    justid = False
+    j = 6
+    max_count = ((1 << 63) - 1) // 16
+    while j < len(argv):
+        moreargs = len(argv) - 1 - j
+        low = argv[j].lower()
+        if low == "count" and moreargs:
+            value = parse_ll(argv[j + 1])
+            if value is None or value < 1 or value > max_count:
+                raise CommandError("out_of_range")
+            count = value
+            j += 1
+        elif low == "justid":
+            justid = True
+        else:
+            raise CommandError("syntax_error")
+        j += 1
+    stream, group = _lookup_group(r, call)
+    now = call.now
+    consumer: Consumer | None = None
+    if r.profile.eager_consumers:
+        consumer = _get_or_create_consumer(r, group, argv[3], now)
+        consumer.seen_time = now
+    attempts = count * 10
+    position = start
+    last_examined: StreamID | None = None
+    while attempts and count:
+        attempts -= 1
+        found = next(iter(group.pel.irange(minimum=position)), None)
+        if found is None:
+            break
+        entry_id: StreamID = found
+        last_examined = entry_id
+        position = incr_id(entry_id) or MAX_ID
+        nack = group.pel[entry_id]
+        if entry_id not in stream.entries:
+            _drop_dangling(r, call, key, group, entry_id, nack)
+            count -= 1
+            continue
+        if minidle and now - nack.delivery_time < minidle:
+            continue
+        if consumer is None:
+            consumer = _get_or_create_consumer(r, group, argv[3], now)
+            consumer.seen_time = now
+        _claim(r, call, key, group, entry_id, nack, consumer, now, -1, justid)
+        count -= 1
+    cursor = ZERO_ID
+    if last_examined is not None and last_examined != MAX_ID:
+        after = next(iter(group.pel.irange(minimum=position)), None)
+        cursor = after if after is not None else ZERO_ID
+    call.result = cursor
+
+
+def xack(r: Replayer, call: Call) -> None:
+    """XACK key group id [id ...]
+
+    Removes the given IDs from the group PEL (and their owners' PELs); unknown
+    IDs are ignored. A missing key or group acknowledges nothing without error;
+    otherwise one malformed ID fails the whole command.
+    """
+    argv = call.argv
+    stream = r.lookup_stream(call.db, argv[1])
+    group = stream.groups.get(argv[2]) if stream is not None else None
+    if stream is None or group is None:
+        return
+    ids = [_strict_id(a) for a in argv[3:]]
+    for entry_id in ids:
+        nack = group.pel.pop(entry_id, None)
+        if nack is None:
+            continue
+        if nack.consumer is not None:
+            nack.consumer.pel.pop(entry_id, None)
+        r.record(call, argv[1], group, entry_id, "acked", nack.consumer, None, nack, status="acked")
+
+
+# --------------------------------------------------------------------------
+# XGROUP / XSETID
+# --------------------------------------------------------------------------
+
+_XGROUP_ARITY = {"create": -5, "setid": -5, "destroy": 4, "createconsumer": 5, "delconsumer": 5}
+
+
+def xgroup(r: Replayer, call: Call) -> None:
+    """XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n]
+    XGROUP SETID key group id|$ [ENTRIESREAD n]
+    XGROUP DESTROY key group
+    XGROUP CREATECONSUMER key group consumer
+    XGROUP DELCONSUMER key group consumer
+
+    CREATE adds a group whose last_id is the given ID (``$``: the stream's
+    last_id) and whose entries_read is ENTRIESREAD or unknown; MKSTREAM creates
+    an empty stream when the key is missing. SETID moves last_id anywhere
+    (backwards too) and resets entries_read to ENTRIESREAD or unknown; the PEL
+    is untouched. DESTROY drops the group and its PEL. CREATECONSUMER adds an
+    idle consumer (seen time now). DELCONSUMER removes a consumer with all the
+    entries it holds.
+    """
+    argv = call.argv
+    argc = len(argv)
+    sub = argv[1].lower()
+    if sub == "help":
+        return
+    arity = _XGROUP_ARITY.get(sub)
+    if arity is None:
+        raise CommandError("unknown_subcommand")
+    if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
+        raise CommandError("wrong_arity")
+    key, group_name = argv[2], argv[3]
+    mkstream = False
+    entries_read = INVALID_ENTRIES_READ
+    i = 5
+    while i < argc:
+        low = argv[i].lower()
+        if sub == "create" and low == "mkstream":
+            mkstream = True
+            i += 1
+        elif sub in ("create", "setid") and low == "entriesread" and i + 1 < argc:
+            entries_read = _ll(argv[i + 1])
+            if entries_read < 0 and entries_read != INVALID_ENTRIES_READ:
+                raise CommandError("out_of_range")
+            i += 2
+        else:
+            raise CommandError("syntax_error")
+    stream = r.lookup_stream(call.db, key)
+    group: Group | None = None
+    if not mkstream:
+        if stream is None:
+            raise CommandError("no_such_key")
+        group = stream.groups.get(group_name)
+        if group is None and sub in ("setid", "createconsumer", "delconsumer"):
+            raise CommandError("nogroup")
+    if sub == "create":
+        if argc > 8:
+            raise CommandError("syntax_error")
+        if argv[4] == "$":
+            start = stream.last_id if stream is not None else ZERO_ID
+        else:
+            start = _strict_id(argv[4])
+        if stream is None:
+            stream = r.create_stream(call.db, key)
+        if group_name in stream.groups:
+            raise CommandError("busygroup")
+        stream.groups[group_name] = Group(group_name, start, entries_read)
+        return
+    assert stream is not None
+    if sub == "setid":
+        if argc not in (5, 7):
+            raise CommandError("syntax_error")
+        assert group is not None
+        group.last_id = stream.last_id if argv[4] == "$" else _any_id(argv[4])
+        group.entries_read = entries_read
+    elif sub == "destroy":
+        if group is not None:
+            r.close_group(call, key, group, "group_destroyed")
+            del stream.groups[group_name]
+    elif sub == "createconsumer":
+        assert group is not None
+        if argv[4] not in group.consumers:
+            group.consumers[argv[4]] = Consumer(argv[4], call.now)
+    else:  # delconsumer
+        assert group is not None
+        consumer = group.consumers.pop(argv[4], None)
+        if consumer is not None:
+            for entry_id, nack in list(consumer.pel.items()):
+                del group.pel[entry_id]
+                r.record(
+                    call,
+                    key,
+                    group,
+                    entry_id,
+                    "consumer_deleted",
+                    consumer,
+                    None,
+                    nack,
+                    status="consumer_deleted",
+                )
+            consumer.pel.clear()
+
+
+def xsetid(r: Replayer, call: Call) -> None:
+    """XSETID key last-id [ENTRIESADDED n] [MAXDELETEDID id]
+
+    Sets the stream's last generated ID (not below its last entry), and
+    optionally ``entries_added`` (not below the length) and
+    ``max_deleted_entry_id`` (not above the new last ID). A missing key is an
+    error. 7.2+ also refuses a last ID below the current max deleted ID.
+    """
+    argv = call.argv
+    new_last = _strict_id(argv[2])
+    entries_added = -1
+    max_deleted = ZERO_ID
+    i = 3
+    while i < len(argv):
+        moreargs = len(argv) - 1 - i
+        low = argv[i].lower()
+        if low == "entriesadded" and moreargs:
+            entries_added = _ll(argv[i + 1])
+            if entries_added < 0:
+                raise CommandError("out_of_range")
+            i += 2
+        elif low == "maxdeletedid" and moreargs:
+            max_deleted = _strict_id(argv[i + 1])
+            if new_last < max_deleted:
+                raise CommandError("id_too_small")
+            i += 2
+        else:
+            raise CommandError("syntax_error")
+    stream = r.lookup_stream(call.db, argv[1])
+    if stream is None:
+        raise CommandError("no_such_key")
+    if r.profile.xsetid_checks_max_deleted and new_last < stream.max_deleted_entry_id:
+        raise CommandError("id_too_small")
+    if stream.length > 0:
+        if new_last < stream.entries[-1]:
+            raise CommandError("id_too_small")
+        if entries_added != -1 and stream.length > entries_added:
+            raise CommandError("out_of_range")
+    stream.last_id = new_last
+    if entries_added != -1:
+        stream.entries_added = entries_added
+    if max_deleted != ZERO_ID:
+        stream.max_deleted_entry_id = max_deleted
+
+
+# --------------------------------------------------------------------------
+# Keyspace commands
+# --------------------------------------------------------------------------
+
+
+def del_keys(r: Replayer, call: Call) -> None:
+    """DEL key [key ...] / UNLINK key [key ...]
+
+    Removes each key that exists; a stream goes with its groups and PELs (their
+    pending entries close as ``key_deleted``).
+    """
+    for key in call.argv[1:]:
+        r.delete_key(call, call.db, key)
+
+
+def rename(r: Replayer, call: Call) -> None:
+    """RENAME src dst / RENAMENX src dst
+
+    Moves the value of ``src`` to ``dst``, replacing what ``dst`` held (RENAMENX
+    does nothing when ``dst`` exists). A missing ``src`` is an error; renaming a
+    key onto itself changes nothing. A stream keeps its groups, PELs and history.
+    """
+    src, dst = call.argv[1], call.argv[2]
+    nx = call.command == "RENAMENX"
+    if r.lookup_any(call.db, src) is None:
+        raise CommandError("no_such_key")
+    if src == dst:
+        return
+    if nx and r.lookup_any(call.db, dst) is not None:
+        return
+    r.delete_key(call, call.db, dst)
+    r.move_key(call.db, src, dst)
+
+
+def flush(r: Replayer, call: Call) -> None:
+    """FLUSHDB [ASYNC|SYNC] / FLUSHALL [ASYNC|SYNC]
+
+    Removes every key of the current database (FLUSHALL: of all databases).
+    """
+    argv = call.argv
+    if len(argv) > 2 or (len(argv) == 2 and argv[1].lower() not in ("async", "sync")):
+        raise CommandError("syntax_error")
+    r.flush(call, None if call.command == "FLUSHALL" else call.db)
+
+
+def set_string(r: Replayer, call: Call) -> None:
+    """SET key value [NX|XX] [GET] [EX|PX|EXAT|PXAT n|KEEPTTL]
+
+    Not a stream command, but it replaces whatever the key held, a stream
+    included (its pending entries close as ``key_deleted``). With GET on a
+    non-string key it fails with WRONGTYPE and changes nothing. Expiry is not
+    modelled.
+    """
+    argv = call.argv
+    opts = {a.lower() for a in argv[3:]}
+    key = argv[1]
+    current = r.lookup_any(call.db, key)
+    if (
+        "get" in opts
+        and current is not None
+        and not (isinstance(current, OtherValue) and current.type_name == "string")
+    ):
+        raise CommandError("wrongtype")
+    if ("nx" in opts and current is not None) or ("xx" in opts and current is None):
+        return
+    r.delete_key(call, call.db, key)
+    r.set_other(call.db, key, "string")
+
+
+def mset(r: Replayer, call: Call) -> None:
+    """MSET key value [key value ...]: replaces every key named, streams included."""
+    argv = call.argv
+    if len(argv) < 3 or len(argv) % 2 == 0:
+        raise CommandError("wrong_arity")
+    for key in argv[1::2]:
+        r.delete_key(call, call.db, key)
+        r.set_other(call.db, key, "string")
+
+
+def make_type_writer(type_name: str) -> Callable[[Replayer, Call], None]:
+    """A command that creates or updates a ``type_name`` value and fails on a stream key."""
+
+    def handler(r: Replayer, call: Call) -> None:
+        key = call.argv[1]
+        current = r.lookup_any(call.db, key)
+        if current is None:
+            r.set_other(call.db, key, type_name)
+        elif isinstance(current, Stream) or current.type_name != type_name:
+            raise CommandError("wrongtype")
+
+    handler.__doc__ = (
+        f"Writes a {type_name} value: creates the key if missing, WRONGTYPE on a stream key."
+    )
+    return handler

@@ -1,0 +1,427 @@
+"""The replayer: applies logged commands in order and reports the resulting state.
+
+``Replayer.apply`` takes one command as the server executed it (its ``seq``,
+its time, argv, db and client) and changes the model exactly as Redis would,
+or leaves it untouched when Redis would have replied with an error. It keeps
+what Redis does not: every change of a pending entry (``ownership_changes``)
+and the life of each delivered entry (``delivery_counts``).
+
+``Replayer.snapshot`` renders the state as rows of the output tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pelengine.model import commands as cmd
+from pelengine.model.commands import CommandError
+from pelengine.model.ids import StreamID, format_id, to_signed
+from pelengine.model.state import (
+    INVALID_ENTRIES_READ,
+    Consumer,
+    Counters,
+    DeliveryRecord,
+    Group,
+    OtherValue,
+    PendingEntry,
+    Stream,
+)
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Behaviour that differs between Redis versions (see semantics.md)."""
+
+    name: str
+    active_time: bool
+    eager_consumers: bool
+    xsetid_checks_max_deleted: bool
+    unit_time_snapshot: bool
+
+
+PROFILES: dict[str, Profile] = {
+    "7.0": Profile("7.0", False, False, False, False),
+    "7.4": Profile("7.4", True, True, True, True),
+}
+PROFILES["7.2"] = PROFILES["7.4"]
+
+
+def get_profile(name: str) -> Profile:
+    """The profile for a Redis version name ("7.0", "7.2" or "7.4")."""
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown Redis version profile {name!r}; choose one of 7.0, 7.4"
+        ) from None
+
+
+@dataclass
+class Call:
+    """One command being applied: its arguments and its moment."""
+
+    seq: int
+    now: int
+    db: int
+    client: str | None
+    argv: list[str]
+    command: str
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one command: ``applied``, ``ignored`` or ``error`` (with its kind)."""
+
+    kind: str
+    error: str | None = None
+
+
+Handler = Callable[["Replayer", Call], None]
+
+# name -> (handler, arity as Redis declares it: n exact, -n at least n)
+STREAM_COMMANDS: dict[str, tuple[Handler, int]] = {
+    "XADD": (cmd.xadd, -5),
+    "XTRIM": (cmd.xtrim, -4),
+    "XDEL": (cmd.xdel, -3),
+    "XREADGROUP": (cmd.xreadgroup, -7),
+    "XCLAIM": (cmd.xclaim, -6),
+    "XAUTOCLAIM": (cmd.xautoclaim, -6),
+    "XACK": (cmd.xack, -4),
+    "XGROUP": (cmd.xgroup, -2),
+    "XSETID": (cmd.xsetid, -3),
+    "DEL": (cmd.del_keys, -2),
+    "UNLINK": (cmd.del_keys, -2),
+    "RENAME": (cmd.rename, 3),
+    "RENAMENX": (cmd.rename, 3),
+    "FLUSHDB": (cmd.flush, -1),
+    "FLUSHALL": (cmd.flush, -1),
+}
+
+# Commands on other types that matter only because they can replace a stream
+# key or make a later stream command fail with WRONGTYPE.
+OTHER_WRITERS: dict[str, tuple[Handler, int]] = {
+    "SET": (cmd.set_string, -3),
+    "MSET": (cmd.mset, -3),
+    **{
+        name: (cmd.make_type_writer(type_name), -2)
+        for type_name, names in {
+            "string": (
+                "SETNX APPEND INCR INCRBY DECR DECRBY INCRBYFLOAT SETRANGE SETEX PSETEX GETSET"
+            ),
+            "list": "LPUSH RPUSH",
+            "set": "SADD",
+            "hash": "HSET HSETNX HMSET HINCRBY HINCRBYFLOAT",
+            "zset": "ZADD ZINCRBY",
+        }.items()
+        for name in names.split()
+    },
+}
+
+# Stream commands of newer Redis versions: unknown to the profiles modelled here.
+NEWER_STREAM_COMMANDS = frozenset({"XACKDEL", "XDELEX", "XNACK"})
+
+
+def command_name(argv: Sequence[str]) -> str:
+    """The upper-cased command name of an argv."""
+    return argv[0].upper() if argv else ""
+
+
+class Replayer:
+    """Replays stream commands against an exact model of Redis' stream state."""
+
+    def __init__(self, profile: str = "7.0", *, record_changes: bool = True) -> None:
+        self.profile = get_profile(profile)
+        self.keys: dict[tuple[int, str], Stream | OtherValue] = {}
+        self.counters = Counters()
+        self.notes: dict[str, int] = {}
+        self.record_changes = record_changes
+        self.last_seq: int | None = None
+        self.last_ts_ms: int | None = None
+        self._changes: list[Row] = []
+        self._closed: list[tuple[int, str, str, StreamID, DeliveryRecord]] = []
+
+    # -- applying commands -------------------------------------------------
+
+    def apply(
+        self,
+        seq: int,
+        ts_ms: int,
+        argv: Sequence[str],
+        db: int | None = 0,
+        client: str | None = None,
+    ) -> Outcome:
+        """Apply one logged command; return whether it was applied, ignored or failed."""
+        name = command_name(argv)
+        counters = self.counters
+        counters.commands[name] = counters.commands.get(name, 0) + 1
+        self.last_seq = seq
+        self.last_ts_ms = ts_ms
+        entry = STREAM_COMMANDS.get(name)
+        is_stream = entry is not None
+        if entry is None:
+            entry = OTHER_WRITERS.get(name)
+        if entry is None:
+            if name in NEWER_STREAM_COMMANDS:
+                return self._fail("unknown_command")
+            counters.ignored += 1
+            return Outcome("ignored")
+        handler, arity = entry
+        argc = len(argv)
+        if (arity > 0 and argc != arity) or (arity < 0 and argc < -arity):
+            if not is_stream:
+                counters.ignored += 1
+                return Outcome("ignored")
+            return self._fail("wrong_arity")
+        call = Call(seq, ts_ms, db or 0, client, list(argv), name)
+        try:
+            handler(self, call)
+        except CommandError as exc:
+            if not is_stream:
+                counters.ignored += 1
+                return Outcome("ignored")
+            return self._fail(exc.kind)
+        if is_stream:
+            counters.applied += 1
+            return Outcome("applied")
+        counters.ignored += 1
+        return Outcome("ignored")
+
+    def _fail(self, kind: str) -> Outcome:
+        self.counters.failed += 1
+        self.counters.errors[kind] = self.counters.errors.get(kind, 0) + 1
+        return Outcome("error", kind)
+
+    def note(self, what: str) -> None:
+        """Count something the run report should mention (not an error)."""
+        self.notes[what] = self.notes.get(what, 0) + 1
+
+    # -- keyspace ------------------------------------------------------------
+
+    def lookup_any(self, db: int, key: str) -> Stream | OtherValue | None:
+        return self.keys.get((db, key))
+
+    def lookup_stream(self, db: int, key: str) -> Stream | None:
+        """The stream at ``key``; WRONGTYPE when the key holds another type."""
+        value = self.keys.get((db, key))
+        if isinstance(value, OtherValue):
+            raise CommandError("wrongtype")
+        return value
+
+    def create_stream(self, db: int, key: str) -> Stream:
+        stream = Stream()
+        self.keys[(db, key)] = stream
+        return stream
+
+    def set_other(self, db: int, key: str, type_name: str) -> None:
+        self.keys[(db, key)] = OtherValue(type_name)
+
+    def delete_key(self, call: Call, db: int, key: str) -> None:
+        """Remove a key; a stream's pending entries close as ``key_deleted``."""
+        value = self.keys.pop((db, key), None)
+        if isinstance(value, Stream):
+            for group in value.groups.values():
+                self.close_group(call, db, key, group, "key_deleted")
+
+    def move_key(self, db: int, src: str, dst: str) -> None:
+        self.keys[(db, dst)] = self.keys.pop((db, src))
+
+    def flush(self, call: Call, db: int | None) -> None:
+        """Remove every key of ``db`` (None: of every db)."""
+        for key_db, key in [k for k in self.keys if db is None or k[0] == db]:
+            self.delete_key(call, key_db, key)
+
+    # -- history -------------------------------------------------------------
+
+    def close_group(self, call: Call, db: int, key: str, group: Group, status: str) -> None:
+        """Close every pending entry of a group that is going away, keep its history."""
+        for entry_id, nack in list(group.pel.items()):
+            self.record(call, key, group, entry_id, status, nack.consumer, None, nack, status, db)
+        group.pel.clear()
+        for entry_id, rec in group.records.items():
+            self._closed.append((db, key, group.name, entry_id, rec))
+        group.records = {}
+
+    def record(
+        self,
+        call: Call,
+        key: str,
+        group: Group,
+        entry_id: StreamID,
+        change: str,
+        from_consumer: Consumer | None,
+        to_consumer: Consumer | None,
+        nack: PendingEntry,
+        status: str | None = None,
+        db: int | None = None,
+    ) -> None:
+        """Note one change of a pending entry in both history tables."""
+        rec = group.records.get(entry_id)
+        if status is None:
+            assert to_consumer is not None
+            if rec is None:
+                rec = DeliveryRecord(
+                    nack.delivery_count, 0, set(), nack.delivery_time, nack.delivery_time
+                )
+                group.records[entry_id] = rec
+            elif rec.status != "pending":
+                rec.status = "pending"
+                rec.closed_ms = None
+            rec.deliveries += 1
+            rec.owners.add(to_consumer.name)
+            rec.last_delivery_ms = nack.delivery_time
+            rec.delivery_count = nack.delivery_count
+        elif rec is not None:
+            rec.status = status
+            rec.closed_ms = call.now
+            rec.delivery_count = nack.delivery_count
+        if self.record_changes:
+            self._changes.append(
+                {
+                    "db": call.db if db is None else db,
+                    "key": key,
+                    "group": group.name,
+                    "id": format_id(entry_id),
+                    "id_ms": to_signed(entry_id.ms),
+                    "id_seq": to_signed(entry_id.seq),
+                    "seq": call.seq,
+                    "ts_ms": call.now,
+                    "command": call.command,
+                    "change": change,
+                    "from_consumer": from_consumer.name if from_consumer else None,
+                    "to_consumer": to_consumer.name if to_consumer else None,
+                    "delivery_count": nack.delivery_count,
+                    "delivery_time_ms": nack.delivery_time,
+                }
+            )
+
+    def drain_changes(self) -> list[Row]:
+        """The ``ownership_changes`` rows recorded since the last call."""
+        rows, self._changes = self._changes, []
+        return rows
+
+    # -- snapshot --------------------------------------------------------------
+
+    def streams(self) -> list[tuple[int, str, Stream]]:
+        """Every live stream as (db, key, stream), ordered by db and key."""
+        return sorted(
+            (db, key, value) for (db, key), value in self.keys.items() if isinstance(value, Stream)
+        )
+
+    def snapshot(self, as_of_ms: int, as_of_seq: int) -> dict[str, list[Row]]:
+        """All state tables (pel, ownership, delivery_counts, groups, streams) as rows."""
+        tables: dict[str, list[Row]] = {
+            "pel": [],
+            "ownership": [],
+            "delivery_counts": [],
+            "groups": [],
+            "streams": [],
+        }
+        as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
+        active = self.profile.active_time
+        for db, key, stream in self.streams():
+            entries = stream.entries
+            tables["streams"].append(
+                {
+                    "db": db,
+                    "key": key,
+                    "length": stream.length,
+                    "last_generated_id": format_id(stream.last_id),
+                    "max_deleted_entry_id": format_id(stream.max_deleted_entry_id),
+                    "entries_added": stream.entries_added,
+                    "first_entry_id": format_id(entries[0]) if entries else None,
+                    "last_entry_id": format_id(entries[-1]) if entries else None,
+                    "recorded_first_entry_id": format_id(stream.first_id),
+                    "groups": len(stream.groups),
+                    **as_of,
+                }
+            )
+            for group in sorted(stream.groups.values(), key=lambda g: g.name):
+                er = group.entries_read
+                tables["groups"].append(
+                    {
+                        "db": db,
+                        "key": key,
+                        "group": group.name,
+                        "last_delivered_id": format_id(group.last_id),
+                        "entries_read": None if er == INVALID_ENTRIES_READ else er,
+                        "lag": cmd.group_lag(stream, group),
+                        "pending": len(group.pel),
+                        "consumers": len(group.consumers),
+                        **as_of,
+                    }
+                )
+                for entry_id, nack in group.pel.items():
+                    tables["pel"].append(
+                        {
+                            "db": db,
+                            "key": key,
+                            "group": group.name,
+                            "id": format_id(entry_id),
+                            "id_ms": to_signed(entry_id.ms),
+                            "id_seq": to_signed(entry_id.seq),
+                            "consumer": nack.consumer.name if nack.consumer else None,
+                            "delivery_time_ms": nack.delivery_time,
+                            "delivery_count": nack.delivery_count,
+                            "entry_exists": entry_id in entries,
+                            "idle_ms": as_of_ms - nack.delivery_time,
+                            **as_of,
+                        }
+                    )
+                for consumer in sorted(group.consumers.values(), key=lambda c: c.name):
+                    pel = consumer.pel
+                    tables["ownership"].append(
+                        {
+                            "db": db,
+                            "key": key,
+                            "group": group.name,
+                            "consumer": consumer.name,
+                            "pending": len(pel),
+                            "seen_time_ms": consumer.seen_time,
+                            "active_time_ms": (
+                                consumer.active_time
+                                if active and consumer.active_time != -1
+                                else None
+                            ),
+                            "oldest_pending_id": format_id(pel.peekitem(0)[0]) if pel else None,
+                            "earliest_delivery_time_ms": (
+                                min(n.delivery_time for n in pel.values()) if pel else None
+                            ),
+                            "max_delivery_count": (
+                                max(n.delivery_count for n in pel.values()) if pel else None
+                            ),
+                            **as_of,
+                        }
+                    )
+                for entry_id, rec in group.records.items():
+                    tables["delivery_counts"].append(
+                        _record_row(db, key, group.name, entry_id, rec, as_of)
+                    )
+        for db, key, group_name, entry_id, rec in self._closed:
+            tables["delivery_counts"].append(_record_row(db, key, group_name, entry_id, rec, as_of))
+        return tables
+
+
+def _record_row(
+    db: int, key: str, group: str, entry_id: StreamID, rec: DeliveryRecord, as_of: dict[str, int]
+) -> Row:
+    return {
+        "db": db,
+        "key": key,
+        "group": group,
+        "id": format_id(entry_id),
+        "id_ms": to_signed(entry_id.ms),
+        "id_seq": to_signed(entry_id.seq),
+        "delivery_count": rec.delivery_count,
+        "deliveries": rec.deliveries,
+        "owners": len(rec.owners),
+        "first_delivery_ms": rec.first_delivery_ms,
+        "last_delivery_ms": rec.last_delivery_ms,
+        "status": rec.status,
+        "closed_ms": rec.closed_ms,
+        **as_of,
+    }

@@ -1,0 +1,86 @@
+"""Which stream keys a command touches: how the pipeline routes events to replays.
+
+Events are replayed per *family* of keys: keys that one command can tie
+together (``RENAME src dst``, an ``XREADGROUP`` over several streams) must be
+replayed by the same model, because the outcome for one key depends on the
+other. ``FLUSHDB``/``FLUSHALL`` reach every family of their db (or of all dbs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pelengine.model.replay import OTHER_WRITERS, STREAM_COMMANDS, command_name
+
+SCOPE_KEYS = "keys"
+SCOPE_DB = "db"
+SCOPE_ALL = "all"
+SCOPE_NONE = "none"
+
+_SINGLE_KEY = frozenset({"XADD", "XTRIM", "XDEL", "XCLAIM", "XAUTOCLAIM", "XACK", "XSETID"})
+
+
+def xreadgroup_keys(argv: Sequence[str]) -> list[str]:
+    """The stream keys of an XREADGROUP, found the way the server parses its options."""
+    i = 1
+    argc = len(argv)
+    while i < argc:
+        low = argv[i].lower()
+        moreargs = argc - i - 1
+        if low in ("block", "count") and moreargs:
+            i += 2
+        elif low == "streams" and moreargs:
+            rest = argc - i - 1
+            if rest % 2:
+                return []
+            return list(argv[i + 1 : i + 1 + rest // 2])
+        elif low == "group" and moreargs >= 2:
+            i += 3
+        else:
+            i += 1
+    return []
+
+
+def touched_keys(argv: Sequence[str] | None) -> tuple[str, list[str]]:
+    """(scope, keys): the keys whose state the command may read or change.
+
+    Scope ``db``/``all`` means every stream of the command's db / of every db.
+    Scope ``none`` means the command cannot affect any stream (it is counted as
+    ignored without being replayed).
+    """
+    if not argv:
+        return SCOPE_NONE, []
+    name = command_name(argv)
+    if name in ("FLUSHDB", "FLUSHALL"):
+        return (SCOPE_DB if name == "FLUSHDB" else SCOPE_ALL), []
+    if name in _SINGLE_KEY or name in OTHER_WRITERS and name != "MSET":
+        return (SCOPE_KEYS, [argv[1]]) if len(argv) > 1 else (SCOPE_NONE, [])
+    if name == "MSET":
+        return SCOPE_KEYS, list(argv[1::2])
+    if name == "XGROUP":
+        return (SCOPE_KEYS, [argv[2]]) if len(argv) > 2 else (SCOPE_NONE, [])
+    if name == "XREADGROUP":
+        return SCOPE_KEYS, xreadgroup_keys(argv)
+    if name in ("DEL", "UNLINK"):
+        return SCOPE_KEYS, list(argv[1:])
+    if name in ("RENAME", "RENAMENX"):
+        return SCOPE_KEYS, list(argv[1:3])
+    return SCOPE_NONE, []
+
+
+def linked_keys(argv: Sequence[str] | None) -> list[str]:
+    """Keys that must share one replay (same family) because of this command."""
+    if not argv:
+        return []
+    name = command_name(argv)
+    if name in ("RENAME", "RENAMENX") and len(argv) == 3:
+        return list(dict.fromkeys(argv[1:3]))
+    if name == "XREADGROUP":
+        keys = list(dict.fromkeys(xreadgroup_keys(argv)))
+        return keys if len(keys) > 1 else []
+    return []
+
+
+def is_stream_command(name: str) -> bool:
+    """True for the commands the engine applies (and counts as applied or failed)."""
+    return name.upper() in STREAM_COMMANDS

@@ -1,0 +1,114 @@
+"""The state Redis keeps per stream key, as plain classes.
+
+A stream holds its live entry IDs (values are irrelevant to consumer groups),
+its counters, and its consumer groups. A group holds its last delivered ID, its
+``entries_read`` counter (-1 when Redis considers it invalid), the group PEL and
+its consumers; each consumer indexes the same pending entries by owner.
+
+Beyond what Redis keeps, a group also keeps one ``DeliveryRecord`` per entry ID
+it ever delivered: the history behind the ``delivery_counts`` table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedDict, SortedList
+
+from pelengine.model.ids import ZERO_ID, StreamID
+
+INVALID_ENTRIES_READ = -1
+
+
+class PendingEntry:
+    """One entry of a group PEL: who holds it, since when, how often delivered."""
+
+    __slots__ = ("consumer", "delivery_time", "delivery_count")
+
+    def __init__(self, consumer: Consumer | None, delivery_time: int, delivery_count: int) -> None:
+        self.consumer = consumer
+        self.delivery_time = delivery_time
+        self.delivery_count = delivery_count
+
+
+class Consumer:
+    """A consumer of a group, with its own view of the pending entries it holds."""
+
+    __slots__ = ("name", "seen_time", "active_time", "pel")
+
+    def __init__(self, name: str, now: int) -> None:
+        self.name = name
+        self.seen_time = now
+        self.active_time = -1
+        self.pel: SortedDict = SortedDict()
+
+
+@dataclass
+class DeliveryRecord:
+    """The life of one entry ID in one group: the row of ``delivery_counts``."""
+
+    delivery_count: int
+    deliveries: int
+    owners: set[str]
+    first_delivery_ms: int
+    last_delivery_ms: int
+    status: str = "pending"
+    closed_ms: int | None = None
+
+
+class Group:
+    """A consumer group: last delivered ID, read counter, PEL and consumers."""
+
+    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "records")
+
+    def __init__(self, name: str, last_id: StreamID, entries_read: int) -> None:
+        self.name = name
+        self.last_id = last_id
+        self.entries_read = entries_read
+        self.pel: SortedDict = SortedDict()
+        self.consumers: dict[str, Consumer] = {}
+        self.records: dict[StreamID, DeliveryRecord] = {}
+
+
+class Stream:
+    """A stream key: live entry IDs, generation counters and groups."""
+
+    __slots__ = (
+        "entries",
+        "last_id",
+        "entries_added",
+        "max_deleted_entry_id",
+        "first_id",
+        "groups",
+    )
+
+    def __init__(self) -> None:
+        self.entries: SortedList = SortedList()
+        self.last_id: StreamID = ZERO_ID
+        self.entries_added = 0
+        self.max_deleted_entry_id: StreamID = ZERO_ID
+        # Redis' "recorded first entry id": updated on add/trim/XDEL, 0-0 when empty.
+        self.first_id: StreamID = ZERO_ID
+        self.groups: dict[str, Group] = {}
+
+    @property
+    def length(self) -> int:
+        return len(self.entries)
+
+
+@dataclass
+class OtherValue:
+    """A key holding another data type; tracked only to answer WRONGTYPE and overwrites."""
+
+    type_name: str
+
+
+@dataclass
+class Counters:
+    """What the replay did, per outcome and per Redis error kind."""
+
+    applied: int = 0
+    ignored: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    commands: dict[str, int] = field(default_factory=dict)
