@@ -345,8 +345,7 @@ def _serve_new(
     """Deliver entries after the group's last_id (a ``>`` read)."""
     now = call.now
     start = incr_id(group.last_id) or ZERO_ID
-    delivered = 0
-    for entry_id in stream.entries.irange(minimum=start):
+    for delivered, entry_id in enumerate(stream.entries.irange(minimum=start), start=1):
         if entry_id > group.last_id:
             if group.entries_read != INVALID_ENTRIES_READ and not range_has_tombstones(
                 stream, entry_id
@@ -373,7 +372,6 @@ def _serve_new(
                 r.record(call, key, group, entry_id, "reassigned", previous, consumer, nack)
             if r.profile.active_time:
                 consumer.active_time = now
-        delivered += 1
         if count and delivered == count:
             break
 
@@ -389,8 +387,7 @@ def _serve_history(
     count: int,
 ) -> None:
     """Re-deliver the consumer's own pending entries from ``start`` (a history read)."""
-    served = 0
-    for entry_id in consumer.pel.irange(minimum=start):
+    for served, entry_id in enumerate(consumer.pel.irange(minimum=start)):
         if count and served >= count:
             break
         if entry_id in stream.entries:
@@ -398,7 +395,6 @@ def _serve_history(
             nack.delivery_time = call.now
             nack.delivery_count += 1
             r.record(call, key, group, entry_id, "redelivered", consumer, consumer, nack)
-        served += 1
 
 
 def xreadgroup(r: Replayer, call: Call) -> None:
@@ -470,8 +466,8 @@ def xreadgroup(r: Replayer, call: Call) -> None:
         if id_text == ">":
             targets.append((key, stream, group, None))
         else:
-            gt = _strict_id(id_text)
-            targets.append((key, stream, group, None if gt == MAX_ID else gt))
+            given = _strict_id(id_text)
+            targets.append((key, stream, group, None if given == MAX_ID else given))
     for key, stream, group, gt in targets:
         eager = r.profile.eager_consumers
         if gt is not None:
@@ -800,7 +796,7 @@ def xgroup(r: Replayer, call: Call) -> None:
         group.entries_read = entries_read
     elif sub == "destroy":
         if group is not None:
-            r.close_group(call, key, group, "group_destroyed")
+            r.close_group(call, call.db, key, group, "group_destroyed")
             del stream.groups[group_name]
     elif sub == "createconsumer":
         assert group is not None
