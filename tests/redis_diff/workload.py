@@ -1,0 +1,860 @@
+"""A seeded random workload of stream commands, run against the real server and recorded.
+
+``run_workload(server, seed, n_commands, db)`` sends ``n_commands`` commands (every
+command of the events contract, valid and invalid ones, plus read-only and
+non-stream commands) on one connection to ``db`` and returns what ``Recorder``
+captured: the events rows (with the server's own ``ts_ms``) and the replies.
+
+Idle checks never sit on a boundary the capture cannot resolve: before an
+``XCLAIM``/``XAUTOCLAIM`` with a positive min-idle-time the driver reads the
+group's delivery times (an unrecorded probe) and picks a threshold away from
+every candidate's idle time; after the command it verifies, from the ``TIME``
+before and after, that the threshold could not have been decided differently by
+a replay that only knows ``ts_ms``. A run where that fails (a stall of many ms
+between probe and command) raises ``AmbiguousTimingError`` and ``run_workload``
+redoes the seed from an empty db.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.redis_diff.capture import Record, Recorder, SeqCounter, format_id, parse_id
+from tests.redis_diff.server import RedisServer
+
+STREAM_KEYS = ["s0", "s1", "s2", "s3"]
+STREAM_KEY_WEIGHTS = [4, 3, 2, 1]
+STRING_KEY = "str0"
+MISSING_KEY = "nokey"
+GROUPS = ["g0", "g1", "g2"]
+CONSUMERS = ["c0", "c1", "c2", "c3", "c4"]
+HUGE_MIN_IDLE = 9_999_999_999_999
+
+# Margins (ms) between a chosen min-idle-time and the idle time of every candidate.
+BELOW_MARGIN = 8  # candidates meant to be claimed: idle >= min_idle + BELOW_MARGIN
+ABOVE_MARGIN = 15  # candidates meant to stay: idle + ABOVE_MARGIN <= min_idle
+
+
+class AmbiguousTimingError(RuntimeError):
+    """An idle check sat on a boundary that ``ts_ms`` cannot resolve; the run is void."""
+
+
+@dataclass
+class IdleGuard:
+    min_idle: int
+    deliveries: list[int]
+
+
+@dataclass
+class WorkloadResult:
+    seed: int
+    db: int
+    records: list[Record]
+    attempts: int
+    elapsed_s: float
+    max_span_ms: int
+    checkpoints: list[tuple[int, Any]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return [r.row() for r in self.records]
+
+    def by_seq(self) -> dict[int, Record]:
+        return {r.seq: r for r in self.records}
+
+
+@dataclass
+class _Knowledge:
+    """What the driver believes about the db, from replies (used only to bias choices)."""
+
+    ids: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    delivered: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    last: dict[str, tuple[int, int]] = field(default_factory=dict)
+    groups: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    cursors: dict[tuple[str, str], str] = field(default_factory=dict)
+    string_present: bool = False
+    now_ms: int = 0
+
+    def forget(self, key: str) -> None:
+        self.last.pop(key, None)
+        self.groups.pop(key, None)
+        for ck in [ck for ck in self.cursors if ck[0] == key]:
+            del self.cursors[ck]
+
+    def move(self, src: str, dst: str) -> None:
+        self.forget(dst)
+        if src in self.last:
+            self.last[dst] = self.last.pop(src)
+        if src in self.groups:
+            self.groups[dst] = self.groups.pop(src)
+        self.ids[dst] = self.ids[dst][-100:] + self.ids.get(src, [])[-100:]
+        self.delivered[dst] = self.delivered.get(src, [])[-50:]
+
+
+def _cap(lst: list[str], n: int = 300) -> None:
+    if len(lst) > n:
+        del lst[: len(lst) - n]
+
+
+class Workload:
+    """One seeded run. Use ``run_workload`` (it handles ``AmbiguousTimingError`` retries)."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        seed: int,
+        n_commands: int,
+        *,
+        allow_flushdb: bool = True,
+        checkpoint_every: int | None = None,
+        checkpoint: Callable[[], Any] | None = None,
+    ):
+        self.rec = recorder
+        self.rng = random.Random(seed)
+        self.n = n_commands
+        self.allow_flushdb = allow_flushdb
+        self.k = _Knowledge()
+        self.checkpoint_every = checkpoint_every
+        self.checkpoint = checkpoint
+        self.checkpoints: list[tuple[int, Any]] = []
+
+    # ------------------------------------------------------------------ helpers
+    def kw(self, word: str) -> str:
+        """A keyword in the case a client might send it (Redis is case-insensitive)."""
+        r = self.rng.random()
+        if r < 0.08:
+            return word.lower()
+        if r < 0.1:
+            return word.capitalize()
+        return word
+
+    def stream_key(self) -> str:
+        return self.rng.choices(STREAM_KEYS, STREAM_KEY_WEIGHTS)[0]
+
+    def some_key(self) -> str:
+        r = self.rng.random()
+        if r < 0.025:
+            return STRING_KEY
+        if r < 0.035:
+            return MISSING_KEY
+        return self.stream_key()
+
+    def group_for(self, key: str) -> str:
+        known = sorted(self.k.groups.get(key, ()))
+        if known and self.rng.random() < 0.85:
+            return self.rng.choice(known)
+        return self.rng.choice(GROUPS)
+
+    def consumer(self) -> str:
+        return self.rng.choice(CONSUMERS)
+
+    def pick(self, lst: list[str]) -> str | None:
+        if not lst:
+            return None
+        if self.rng.random() < 0.7:
+            return self.rng.choice(lst[-20:])
+        return self.rng.choice(lst)
+
+    def known_id(self, key: str) -> str:
+        """An ID of the key: live, deleted or trimmed, or made up."""
+        r = self.rng.random()
+        if r < 0.45:
+            got = self.pick(self.k.delivered.get(key, []))
+            if got:
+                return got
+        if r < 0.9:
+            got = self.pick(self.k.ids.get(key, []))
+            if got:
+                return got
+        ms, seq = self.k.last.get(key, (self.k.now_ms, 0))
+        return format_id(max(0, ms + self.rng.randint(-3, 3)), self.rng.randint(0, 3))
+
+    def bad_id(self) -> str:
+        return self.rng.choice(["abc", "1-x", "-1", "1-2-3", "", "18446744073709551616-0", "x-1"])
+
+    def count_arg(self) -> str:
+        return str(self.rng.choice([1, 1, 2, 2, 3, 5, 10, 0, -1]))
+
+    # ------------------------------------------------------------------ running
+    def send(self, argv: list[Any], star_index: int | None = None, note: str = "") -> Record:
+        record = self.rec.run([str(a) for a in argv], star_index=star_index, note=note)
+        self.k.now_ms = record.ts_after_ms
+        self.learn(record)
+        return record
+
+    def run(self) -> None:
+        table = [
+            (22, self.cmd_xadd),
+            (17, self.cmd_xreadgroup),
+            (9, self.cmd_xclaim),
+            (6, self.cmd_xautoclaim),
+            (9, self.cmd_xack),
+            (4, self.cmd_xdel),
+            (2.5, self.cmd_xtrim),
+            (4, self.cmd_xgroup_create),
+            (2, self.cmd_xgroup_setid),
+            (1, self.cmd_xgroup_destroy),
+            (2, self.cmd_xgroup_createconsumer),
+            (1.5, self.cmd_xgroup_delconsumer),
+            (1.5, self.cmd_xsetid),
+            (0.8, self.cmd_del),
+            (0.8, self.cmd_rename),
+            (0.08 if self.allow_flushdb else 0.0, self.cmd_flushdb),
+            (3, self.cmd_readonly),
+            (1.2, self.cmd_string),
+            (2.5, self.cmd_invalid),
+        ]
+        weights = [w for w, _ in table]
+        funcs = [f for _, f in table]
+        # Start from something to work with: keys, groups, entries.
+        for key in STREAM_KEYS[:3]:
+            for _ in range(3):
+                self.send(["XADD", key, "*", "f", "v"], star_index=2)
+            self.send(["XGROUP", "CREATE", key, "g0", "0"])
+        self.send(["SET", STRING_KEY, "x"])
+        next_checkpoint = self.checkpoint_every
+        while len(self.rec.records) < self.n:
+            self.rng.choices(funcs, weights)[0]()
+            if next_checkpoint and self.checkpoint and len(self.rec.records) >= next_checkpoint:
+                # the state right after this seq, read between two commands (not logged)
+                self.checkpoints.append((self.rec.records[-1].seq, self.checkpoint()))
+                next_checkpoint += self.checkpoint_every or 0
+            r = self.rng.random()
+            if r < 0.015:
+                time.sleep(self.rng.uniform(0.002, 0.03))
+            elif r < 0.017:
+                time.sleep(0.06)
+
+    # ------------------------------------------------------------------ learning
+    def learn(self, rec: Record) -> None:
+        if rec.error is not None:
+            return
+        argv = [a.upper() if i == 0 else a for i, a in enumerate(rec.sent)]
+        name = argv[0]
+        reply = rec.reply
+        if name == "XADD" and isinstance(reply, str):
+            key = argv[1]
+            self.k.ids[key].append(reply)
+            _cap(self.k.ids[key])
+            self.k.last[key] = parse_id(reply)
+        elif name == "XREADGROUP" and isinstance(reply, list):
+            for item in reply:
+                key, entries = item[0], item[1]
+                for entry in entries or []:
+                    self.k.delivered[key].append(entry[0])
+                _cap(self.k.delivered[key], 200)
+        elif name == "XCLAIM" and isinstance(reply, list):
+            key = argv[1]
+            for entry in reply:
+                self.k.delivered[key].append(entry if isinstance(entry, str) else entry[0])
+        elif name == "XAUTOCLAIM" and isinstance(reply, list):
+            key, group = argv[1], argv[2]
+            self.k.cursors[(key, group)] = reply[0]
+        elif name == "XGROUP" and len(argv) >= 4:
+            sub = argv[1].upper()
+            key, group = argv[2], argv[3]
+            if sub == "CREATE" and reply == "OK":
+                self.k.groups[key].add(group)
+                self.k.last.setdefault(key, (0, 0))
+            elif sub == "DESTROY" and reply == 1:
+                self.k.groups[key].discard(group)
+        elif name == "XSETID" and reply == "OK":
+            self.k.last[argv[1]] = parse_id(argv[2])
+        elif name in ("DEL", "UNLINK"):
+            for key in argv[1:]:
+                self.k.forget(key)
+                if key == STRING_KEY:
+                    self.k.string_present = False
+        elif name == "RENAME" or (name == "RENAMENX" and reply == 1):
+            self.k.move(argv[1], argv[2])
+            if argv[1] == STRING_KEY and argv[2] != STRING_KEY:
+                self.k.string_present = False
+        elif name == "FLUSHDB":
+            for key in list(self.k.last) + list(self.k.groups):
+                self.k.forget(key)
+            self.k.string_present = False
+        elif name == "SET" and argv[1] == STRING_KEY:
+            self.k.string_present = True
+        elif name == "SET":
+            self.k.forget(argv[1])
+
+    # ------------------------------------------------------------------ probes (not logged)
+    def pel_delivery_times(self, key: str, group: str) -> tuple[int, list[int]] | None:
+        now, info = self.rec.probe("XINFO", "STREAM", key, "FULL", "COUNT", "0")
+        if not isinstance(info, list):
+            return None
+        full = _pairs(info)
+        for g in full.get("groups", []):
+            gd = _pairs(g)
+            if gd.get("name") == group:
+                return now, [int(p[2]) for p in gd.get("pending", [])]
+        return None
+
+    def stream_info(self, key: str) -> dict[str, Any] | None:
+        _now, info = self.rec.probe("XINFO", "STREAM", key)
+        return _pairs(info) if isinstance(info, list) else None
+
+    def read_would_serve(self, keys: list[str], group: str) -> bool:
+        """True when an XREADGROUP ``>`` on these keys cannot block (served, or an error)."""
+        for key in keys:
+            info = self.stream_info(key)
+            if info is None:
+                return True  # missing key or wrong type: an error, no blocking
+            _now, groups = self.rec.probe("XINFO", "GROUPS", key)
+            last_delivered = None
+            for g in groups or []:
+                gd = _pairs(g)
+                if gd.get("name") == group:
+                    last_delivered = gd.get("last-delivered-id")
+            if last_delivered is None:
+                return True  # NOGROUP error
+            last_entry = info.get("last-entry")
+            if last_entry and parse_id(last_entry[0]) > parse_id(last_delivered):
+                return True
+        return False
+
+    def choose_min_idle(self, key: str, group: str) -> tuple[str, IdleGuard | None]:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.15:
+            return "0", None
+        if r < 0.22:
+            return str(-rng.randint(1, 5000)), None
+        if r < 0.25:
+            return str(HUGE_MIN_IDLE), None
+        probed = self.pel_delivery_times(key, group)
+        if probed is None:
+            return str(rng.choice([1, 10, 100, 5000])), None  # NOGROUP/WRONGTYPE: no idle check
+        now, deliveries = probed
+        if not deliveries:
+            return str(rng.choice([1, 10, 100, 5000])), IdleGuard(0, [])
+        idles = sorted({now - d for d in deliveries})
+        all_claimed: list[int] = []
+        if idles[0] - BELOW_MARGIN >= 1:
+            all_claimed.append(rng.randint(1, idles[0] - BELOW_MARGIN))
+        none_claimed = [idles[-1] + ABOVE_MARGIN + rng.randint(0, 300)]
+        partial = [
+            rng.randint(a + ABOVE_MARGIN, b - BELOW_MARGIN)
+            for a, b in zip(idles, idles[1:], strict=False)
+            if a + ABOVE_MARGIN <= b - BELOW_MARGIN
+        ]
+        if partial and rng.random() < 0.6:
+            m = rng.choice(partial)
+        else:
+            m = rng.choice(all_claimed + none_claimed + all_claimed)
+        return str(m), IdleGuard(m, deliveries)
+
+    def verify_idle(self, guard: IdleGuard | None, rec: Record) -> None:
+        """Every candidate's idle must be decided the same from ``ts_ms`` as by the server."""
+        if guard is None or guard.min_idle <= 0 or rec.error is not None:
+            return
+        span = self.rec.max_span_ms
+        for d in guard.deliveries:
+            lowest = rec.ts_ms - d
+            highest = rec.ts_after_ms - d + span
+            if not (guard.min_idle <= lowest - 1 or guard.min_idle >= highest + 2):
+                raise AmbiguousTimingError(
+                    f"min-idle {guard.min_idle} vs idle in [{lowest}, {highest}] "
+                    f"(delivery {d}) at {rec.describe()}"
+                )
+
+    # ------------------------------------------------------------------ commands
+    def xadd_id(self, key: str) -> tuple[str, bool]:
+        """(ID argument, is_star)."""
+        rng = self.rng
+        ms, seq = self.k.last.get(key, (0, 0))
+        now = self.k.now_ms
+        r = rng.random()
+        if r < 0.45:
+            return "*", True
+        if r < 0.55:
+            return f"{rng.choice([ms, ms, ms + 1, now, max(0, ms - 1)])}-*", False
+        if r < 0.8:
+            if rng.random() < 0.5:
+                return format_id(ms, seq + rng.randint(1, 3)), False
+            base = max(ms, now) if rng.random() < 0.7 else ms
+            return format_id(base + rng.randint(1, 4), rng.randint(0, 2)), False
+        if r < 0.83:
+            return str(max(ms, now) + rng.randint(1, 3)), False  # ms only: seq 0
+        if r < 0.84:
+            return format_id(max(ms, now) + 100_000, 0), False  # a jump: '*' then follows last.ms
+        if r < 0.93:
+            # equal or smaller than the top: an error unless the driver is out of date
+            return format_id(ms, seq) if rng.random() < 0.5 else format_id(max(0, ms - 1), 5), False
+        return rng.choice(["0-0", "0", "0-1", "0-*", self.bad_id(), "-", "+", "$"]), False
+
+    def trim_args(self, key: str, allow_invalid: bool = True) -> list[str]:
+        rng = self.rng
+        r = rng.random()
+        args: list[str]
+        if r < 0.6:
+            args = [self.kw("MAXLEN")]
+            if rng.random() < 0.3:
+                args.append("=")
+            args.append(str(rng.choice([0, 1, 2, 5, 10, 20, 30, 40, 60, 80])))
+        else:
+            args = [self.kw("MINID")]
+            if rng.random() < 0.3:
+                args.append("=")
+            ms, seq = self.k.last.get(key, (self.k.now_ms, 0))
+            if rng.random() < 0.6:
+                args.append(self.known_id(key))
+            else:
+                args.append(format_id(max(0, ms - rng.randint(0, 5)), rng.randint(0, 2)))
+        if allow_invalid and rng.random() < 0.06:
+            args = rng.choice(
+                [
+                    ["MAXLEN", "-1"],
+                    ["MAXLEN", "x"],
+                    ["MAXLEN", "5", "LIMIT", "10"],
+                    ["MINID", self.bad_id()],
+                    ["MAXLEN", "=", "5", "MINID", "1-1"],
+                ]
+            )
+        return args
+
+    def cmd_xadd(self) -> None:
+        rng = self.rng
+        key = self.some_key()
+        argv: list[str] = [self.kw("XADD"), key]
+        if rng.random() < 0.08 or key == "s3" and rng.random() < 0.3:
+            argv.append(self.kw("NOMKSTREAM"))
+        if rng.random() < 0.15:
+            argv += self.trim_args(key)
+        id_arg, star = self.xadd_id(key)
+        star_index = len(argv) if star else None
+        argv.append(id_arg)
+        nfields = rng.choice([1, 1, 1, 2])
+        for i in range(nfields):
+            argv += [f"f{i}", f"v{rng.randint(0, 999)}"]
+        if rng.random() < 0.02:
+            argv = argv[:-1]  # a field without a value: arity error
+        self.send(argv, star_index=star_index)
+
+    def cmd_xreadgroup(self) -> None:
+        rng = self.rng
+        first = self.some_key()
+        if not self.k.groups.get(first) and first in STREAM_KEYS and rng.random() < 0.5:
+            self.cmd_xgroup_create(first)
+            return
+        group = self.group_for(first)
+        keys = [first]
+        for _ in range(rng.choices([0, 1, 2], [75, 20, 5])[0]):
+            others = [k for k in STREAM_KEYS if k not in keys and group in self.k.groups.get(k, ())]
+            if others and rng.random() < 0.9:
+                keys.append(rng.choice(others))
+            else:
+                keys.append(rng.choice([k for k in STREAM_KEYS if k not in keys]))
+        argv = [self.kw("XREADGROUP"), self.kw("GROUP"), group, self.consumer()]
+        opts: list[list[str]] = []
+        if rng.random() < 0.6:
+            opts.append([self.kw("COUNT"), self.count_arg()])
+        if rng.random() < 0.08:
+            opts.append([self.kw("NOACK")])
+        ids = []
+        for key in keys:
+            r = rng.random()
+            if r < 0.75:
+                ids.append(">")
+            elif r < 0.85:
+                ids.append(rng.choice(["0", "0-0"]))
+            elif r < 0.97:
+                ids.append(self.known_id(key))
+            else:
+                ids.append(rng.choice(["$", self.bad_id(), "-", "+"]))
+        history = any(i != ">" for i in ids)
+        if rng.random() < 0.06 and (history or self.read_would_serve(keys, group)):
+            opts.append([self.kw("BLOCK"), str(rng.choice([0, 10, 1000]))])
+        rng.shuffle(opts)
+        for o in opts:
+            argv += o
+        argv += [self.kw("STREAMS"), *keys, *ids]
+        if rng.random() < 0.01:
+            argv = argv[:-1]  # unbalanced
+        self.send(argv)
+
+    def xclaim_ids(self, key: str, group: str) -> list[str]:
+        rng = self.rng
+        n = rng.choices([1, 2, 3, 5], [40, 30, 20, 10])[0]
+        return [self.known_id(key) for _ in range(n)]
+
+    def cmd_xclaim(self) -> None:
+        rng = self.rng
+        key = self.some_key()
+        group = self.group_for(key)
+        min_idle, guard = self.choose_min_idle(key, group)
+        argv = [self.kw("XCLAIM"), key, group, self.consumer(), min_idle]
+        argv += self.xclaim_ids(key, group)
+        now = self.k.now_ms
+        opts: list[list[str]] = []
+        if rng.random() < 0.2:
+            opts.append(
+                [
+                    self.kw("IDLE"),
+                    str(
+                        rng.choice([0, rng.randint(1, 200), rng.randint(1000, 100_000), -5, 10**14])
+                    ),
+                ]
+            )
+        if rng.random() < 0.15:
+            opts.append(
+                [
+                    self.kw("TIME"),
+                    str(
+                        rng.choice(
+                            [now - rng.randint(0, 100_000), now + 100_000, -1, 0, 1000, now - 20]
+                        )
+                    ),
+                ]
+            )
+        if rng.random() < 0.2:
+            opts.append([self.kw("RETRYCOUNT"), str(rng.choice([0, 1, 2, 5, 7]))])
+        if rng.random() < 0.2:
+            opts.append([self.kw("FORCE")])
+        if rng.random() < 0.3:
+            opts.append([self.kw("JUSTID")])
+        if rng.random() < 0.12:
+            ms, seq = self.k.last.get(key, (now, 0))
+            opts.append(
+                [self.kw("LASTID"), rng.choice([self.known_id(key), format_id(ms + 1, 0), "0-1"])]
+            )
+        rng.shuffle(opts)
+        for o in opts:
+            argv += o
+        if rng.random() < 0.05:
+            bad = rng.choice(
+                [
+                    ["FOO"],
+                    ["IDLE", "x"],
+                    ["TIME", "1.5"],
+                    ["RETRYCOUNT"],
+                    ["LASTID", self.bad_id()],
+                    [self.bad_id()],
+                ]
+            )
+            pos = rng.randint(5, len(argv))
+            argv[pos:pos] = bad
+        if rng.random() < 0.02:
+            argv[4] = rng.choice(["x", "1.5", ""])
+        record = self.send(argv)
+        self.verify_idle(guard, record)
+
+    def cmd_xautoclaim(self) -> None:
+        rng = self.rng
+        key = self.some_key()
+        group = self.group_for(key)
+        min_idle, guard = self.choose_min_idle(key, group)
+        r = rng.random()
+        if r < 0.3:
+            start = rng.choice(["0-0", "0", "-"])
+        elif r < 0.6:
+            start = self.k.cursors.get((key, group), "0-0")
+        elif r < 0.9:
+            start = self.known_id(key)
+            if rng.random() < 0.2:
+                start = "(" + start
+        else:
+            start = rng.choice([self.bad_id(), "+", "(18446744073709551615-18446744073709551615"])
+        argv = [self.kw("XAUTOCLAIM"), key, group, self.consumer(), min_idle, start]
+        opts: list[list[str]] = []
+        if rng.random() < 0.7:
+            opts.append([self.kw("COUNT"), str(rng.choice([1, 1, 2, 3, 5, 10, 25]))])
+        if rng.random() < 0.3:
+            opts.append([self.kw("JUSTID")])
+        rng.shuffle(opts)
+        for o in opts:
+            argv += o
+        if rng.random() < 0.04:
+            argv += rng.choice([["COUNT", "0"], ["COUNT", "x"], ["FOO"], ["COUNT"]])
+        record = self.send(argv)
+        self.verify_idle(guard, record)
+
+    def cmd_xack(self) -> None:
+        rng = self.rng
+        key = self.some_key()
+        group = self.group_for(key)
+        ids = [self.known_id(key) for _ in range(rng.choices([1, 2, 3, 6], [50, 25, 15, 10])[0])]
+        if rng.random() < 0.04:
+            ids.insert(rng.randint(0, len(ids)), self.bad_id())
+        self.send([self.kw("XACK"), key, group, *ids])
+
+    def cmd_xdel(self) -> None:
+        rng = self.rng
+        key = self.some_key()
+        ids = [self.known_id(key) for _ in range(rng.choices([1, 2, 3], [60, 30, 10])[0])]
+        if rng.random() < 0.04:
+            ids.insert(rng.randint(0, len(ids)), self.bad_id())
+        self.send([self.kw("XDEL"), key, *ids])
+
+    def cmd_xtrim(self) -> None:
+        key = self.some_key()
+        self.send([self.kw("XTRIM"), key, *self.trim_args(key)])
+
+    def cmd_xgroup_create(self, key: str | None = None) -> None:
+        rng = self.rng
+        key = key or self.some_key()
+        group = rng.choice(GROUPS)
+        r = rng.random()
+        if r < 0.4:
+            start = "$"
+        elif r < 0.7:
+            start = rng.choice(["0", "0-0"])
+        elif r < 0.95:
+            start = self.known_id(key)
+        else:
+            start = rng.choice([self.bad_id(), "-", "+"])
+        argv = [self.kw("XGROUP"), self.kw("CREATE"), key, group, start]
+        opts: list[list[str]] = []
+        if rng.random() < 0.3:
+            opts.append([self.kw("MKSTREAM")])
+        if rng.random() < 0.15:
+            opts.append([self.kw("ENTRIESREAD"), str(rng.choice([-1, 0, 1, 3, 10, 50, -3]))])
+        rng.shuffle(opts)
+        for o in opts:
+            argv += o
+        self.send(argv)
+
+    def cmd_xgroup_setid(self) -> None:
+        rng = self.rng
+        key = self.some_key()
+        group = self.group_for(key)
+        r = rng.random()
+        if r < 0.3:
+            start = "$"
+        elif r < 0.5:
+            start = rng.choice(["0", "0-0"])
+        elif r < 0.93:
+            start = self.known_id(key)
+        else:
+            start = rng.choice([self.bad_id(), "-", "+"])
+        argv = [self.kw("XGROUP"), self.kw("SETID"), key, group, start]
+        if rng.random() < 0.45:
+            argv += [self.kw("ENTRIESREAD"), str(rng.choice([-1, 0, 1, 2, 5, 10, 30, 100, -2]))]
+        self.send(argv)
+
+    def cmd_xgroup_destroy(self) -> None:
+        key = self.some_key()
+        self.send([self.kw("XGROUP"), self.kw("DESTROY"), key, self.rng.choice(GROUPS)])
+
+    def cmd_xgroup_createconsumer(self) -> None:
+        key = self.some_key()
+        group = self.group_for(key)
+        self.send([self.kw("XGROUP"), self.kw("CREATECONSUMER"), key, group, self.consumer()])
+
+    def cmd_xgroup_delconsumer(self) -> None:
+        key = self.some_key()
+        group = self.group_for(key)
+        self.send([self.kw("XGROUP"), self.kw("DELCONSUMER"), key, group, self.consumer()])
+
+    def cmd_xsetid(self) -> None:
+        rng = self.rng
+        key = self.some_key()
+        info = self.stream_info(key) or {}
+        length = int(info.get("length", 0))
+        added = int(info.get("entries-added", 0))
+        last = parse_id(info.get("last-generated-id", "0-0"))
+        top = info.get("last-entry")
+        top_id = parse_id(top[0]) if top else (0, 0)
+        r = rng.random()
+        if r < 0.35:
+            new = (last[0], last[1] + rng.randint(0, 3))
+        elif r < 0.6:
+            new = (max(last[0], self.k.now_ms) + rng.randint(1, 50), rng.randint(0, 3))
+        elif r < 0.8:
+            new = top_id if top else (max(0, last[0] - rng.randint(0, 3)), 0)  # may go backwards
+        else:
+            new = (max(0, top_id[0] - 1), 0)  # smaller than the top: an error if non-empty
+        argv = [self.kw("XSETID"), key, format_id(*new)]
+        if rng.random() < 0.4:
+            argv += [
+                self.kw("ENTRIESADDED"),
+                str(
+                    rng.choice([added, added + rng.randint(1, 10), length, max(0, length - 1), -1])
+                ),
+            ]
+        if rng.random() < 0.35:
+            argv += [
+                self.kw("MAXDELETEDID"),
+                rng.choice(
+                    [format_id(*new), format_id(max(0, new[0] - 1), 0), "0-0", "99999999999999-0"]
+                ),
+            ]
+        if rng.random() < 0.03:
+            argv[2] = self.bad_id()
+        self.send(argv)
+
+    def cmd_del(self) -> None:
+        rng = self.rng
+        keys = rng.sample(STREAM_KEYS + [MISSING_KEY], rng.choice([1, 1, 2]))
+        self.send([self.kw(rng.choice(["DEL", "UNLINK"])), *keys])
+
+    def cmd_rename(self) -> None:
+        rng = self.rng
+        src, dst = rng.sample(STREAM_KEYS, 2)
+        if rng.random() < 0.05:
+            src = MISSING_KEY  # ERR no such key
+        if rng.random() < 0.05:
+            dst = src  # renaming onto itself
+        if rng.random() < 0.04 and self.k.string_present:
+            src = STRING_KEY  # a string replaces a stream (or moves to a free name)
+        self.send([self.kw(rng.choice(["RENAME", "RENAMENX"])), src, dst])
+
+    def cmd_flushdb(self) -> None:
+        self.send([self.kw("FLUSHDB"), *self.rng.choice([[], ["ASYNC"], ["SYNC"]])])
+
+    def cmd_readonly(self) -> None:
+        rng = self.rng
+        key = self.some_key()
+        group = self.group_for(key)
+        argv = rng.choice(
+            [
+                ["XLEN", key],
+                ["XRANGE", key, "-", "+", "COUNT", "5"],
+                ["XREVRANGE", key, "+", "-", "COUNT", "2"],
+                ["XREAD", "COUNT", "2", "STREAMS", key, "0"],
+                ["XPENDING", key, group],
+                ["XPENDING", key, group, "-", "+", "10"],
+                ["XPENDING", key, group, "IDLE", "10", "-", "+", "10", self.consumer()],
+                ["XINFO", "STREAM", key],
+                ["XINFO", "STREAM", key, "FULL"],
+                ["XINFO", "GROUPS", key],
+                ["XINFO", "CONSUMERS", key, group],
+                ["EXISTS", key],
+                ["TYPE", key],
+                ["PING"],
+            ]
+        )
+        self.send(argv)
+
+    def cmd_string(self) -> None:
+        rng = self.rng
+        if rng.random() < 0.03:
+            self.send([self.kw("SET"), rng.choice(STREAM_KEYS), "overwritten"])  # replaces a stream
+        elif not self.k.string_present or rng.random() < 0.3:
+            self.send([self.kw("SET"), STRING_KEY, str(rng.randint(0, 99))])
+        else:
+            self.send([self.kw("GET"), STRING_KEY])
+
+    def cmd_invalid(self) -> None:
+        rng = self.rng
+        key = self.stream_key()
+        s = STRING_KEY
+        argv = rng.choice(
+            [
+                ["XADD", key],
+                ["XADD", key, "*"],
+                ["XADD", key, "*", "f"],
+                ["XREADGROUP", "GROUP", "g0"],
+                ["XREADGROUP", "GROUP", "g0", "c0", "STREAMS", key],
+                ["XREADGROUP", "STREAMS", key, ">"],
+                ["XREADGROUP", "GROUP", "g0", "c0", "FOO", "STREAMS", key, ">"],
+                ["XREADGROUP", "GROUP", "nogroup", "c0", "STREAMS", key, ">"],
+                ["XACK", key, "g0"],
+                ["XCLAIM", key, "g0", "c0"],
+                ["XCLAIM", key, "nogroup", "c0", "0", "1-1"],
+                ["XAUTOCLAIM", key, "g0", "c0", "0"],
+                ["XAUTOCLAIM", key, "nogroup", "c0", "0", "0-0"],
+                ["XGROUP", "CREATE", key],
+                ["XGROUP", "CREATE", key, "g0", "$", "FOO"],
+                ["XGROUP", "NOPE", key, "g0"],
+                ["XGROUP", "SETID", key, "nogroup", "0"],
+                ["XGROUP", "SETID", key, "g0", "0", "ENTRIESREAD"],
+                ["XGROUP", "CREATECONSUMER", key, "nogroup", "c9"],
+                ["XGROUP", "CREATECONSUMER", MISSING_KEY, "g0", "c9"],
+                ["XGROUP", "DELCONSUMER", key, "g0"],
+                ["XGROUP", "DESTROY", MISSING_KEY, "g0"],
+                ["XSETID", key],
+                ["XSETID", MISSING_KEY, "1-1"],
+                ["XSETID", key, "1-1", "FOO", "2"],
+                ["XTRIM", key],
+                ["XTRIM", key, "FOO", "1"],
+                ["XDEL", key],
+                ["XFOO", key],
+                ["XINFO", "NOPE"],
+                # WRONGTYPE on a string key (when it is one)
+                ["XADD", s, "*", "f", "v"],
+                ["XREADGROUP", "GROUP", "g0", "c0", "STREAMS", s, ">"],
+                ["XGROUP", "CREATE", s, "g0", "$", "MKSTREAM"],
+                ["XCLAIM", s, "g0", "c0", "0", "1-1"],
+                ["XAUTOCLAIM", s, "g0", "c0", "0", "0-0"],
+                ["XACK", s, "g0", "1-1"],
+                ["XDEL", s, "1-1"],
+                ["XTRIM", s, "MAXLEN", "1"],
+                ["XSETID", s, "1-1"],
+            ]
+        )
+        star_index = None
+        if argv[0] == "XADD" and len(argv) > 2 and argv[2] == "*":
+            star_index = 2
+        self.send(argv, star_index=star_index)
+
+
+def _pairs(flat: Any) -> dict[str, Any]:
+    """A RESP2 flat ``[k1, v1, k2, v2, ...]`` map as a dict."""
+    if not isinstance(flat, list):
+        return {}
+    return {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+
+
+def run_workload(
+    server: RedisServer,
+    seed: int,
+    n_commands: int,
+    db: int = 0,
+    counter: SeqCounter | None = None,
+    *,
+    allow_flushdb: bool = True,
+    checkpoint_every: int | None = None,
+    max_attempts: int = 4,
+) -> WorkloadResult:
+    """Run one seed on ``db`` (emptied first, unlogged) and return the recorded commands.
+
+    With a shared ``counter`` the seqs continue an existing log (several seeds in
+    several dbs form one events table in execution order). With ``checkpoint_every``
+    the server's state of ``db`` is read (``truth.read_truth``) after every that
+    many commands: ``result.checkpoints`` is ``[(seq, tables), ...]``.
+    """
+    from tests.redis_diff.truth import read_truth
+
+    counter = counter or SeqCounter(1)
+    start_seq = counter.value
+    t0 = time.perf_counter()
+    last_error: AmbiguousTimingError | None = None
+    for attempt in range(1, max_attempts + 1):
+        counter.value = start_seq
+        client = server.client(db)
+        try:
+            client.execute_command("FLUSHDB")
+            recorder = Recorder(client=client, db=db, counter=counter)
+            workload = Workload(
+                recorder,
+                seed,
+                n_commands,
+                allow_flushdb=allow_flushdb,
+                checkpoint_every=checkpoint_every,
+                checkpoint=lambda: read_truth(server, [db]),
+            )
+            try:
+                workload.run()
+            except AmbiguousTimingError as exc:
+                last_error = exc
+                continue
+            return WorkloadResult(
+                seed=seed,
+                db=db,
+                records=recorder.records,
+                attempts=attempt,
+                elapsed_s=time.perf_counter() - t0,
+                max_span_ms=recorder.max_span_ms,
+                checkpoints=workload.checkpoints,
+            )
+        finally:
+            client.close()
+    raise AmbiguousTimingError(
+        f"seed {seed}: {max_attempts} attempts hit an idle boundary: {last_error}"
+    )
