@@ -368,13 +368,13 @@ class DeltaWriter(DataSourceArrowWriter):
         if diffs:
             what = "overwrite" if self.overwrite else "append"
             hint = (
-                "set option overwriteSchema=true to replace the table schema"
+                "Set option overwriteSchema=true to replace the table schema"
                 if self.overwrite
-                else "write with mode('overwrite') and overwriteSchema=true to replace it"
+                else "Write with mode('overwrite') and overwriteSchema=true to replace it"
             )
             raise DeltaStorageError(
                 f"Schema mismatch on {what} to Delta table at {self.table_uri}: "
-                f"{'; '.join(diffs)}. {hint.capitalize()}."
+                f"{'; '.join(diffs)}. {hint}."
             )
         return json.dumps(_strip_delta_metadata(json.loads(table_json)))
 

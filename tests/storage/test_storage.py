@@ -1,0 +1,362 @@
+"""The storage seam: format("delta") through the embedded delta-rs source (no Delta jars here)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pelengine import storage
+from pelengine.spark.delta_source import DeltaDataSource, schema_differences
+from tests.storage.delta_fixtures import write_dv_column_mapping_table
+
+pytestmark = pytest.mark.spark
+
+UTC = dt.UTC
+SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("n", IntegerType()),
+        StructField("s", StringType()),
+        StructField("ok", BooleanType()),
+        StructField("x", DoubleType()),
+        StructField("ts", TimestampType()),
+        StructField("ids", ArrayType(LongType())),
+        StructField("tags", ArrayType(StringType())),
+    ]
+)
+ROWS = [
+    (1, 10, "a", True, 1.5, dt.datetime(2024, 1, 1, 12, 0, tzinfo=UTC), [1, 2], ["x", None]),
+    (2, None, None, None, None, None, None, None),
+    (3, -3, "", False, -0.25, dt.datetime(1999, 12, 31, 23, 59, 59, 123456, tzinfo=UTC), [], []),
+    (4, 4, "dé", True, 4.0, dt.datetime(2030, 6, 1, tzinfo=UTC), [None], ["z"]),
+    (5, 5, "e", False, 5.0, dt.datetime(2024, 2, 29, tzinfo=UTC), [5], ["a", "b"]),
+    (6, 6, "f", True, 6.0, dt.datetime(2024, 3, 1, tzinfo=UTC), [6, 6], None),
+]
+
+
+def _df(spark: SparkSession, rows: list[tuple[Any, ...]] = ROWS, parts: int = 3) -> DataFrame:
+    return spark.createDataFrame(rows, SCHEMA).repartition(parts)
+
+
+def _versions(path: Path) -> list[int]:
+    return sorted(h["version"] for h in DeltaTable(str(path)).history())
+
+
+def _parquet_files(path: Path) -> set[str]:
+    return {f for f in os.listdir(path) if f.endswith(".parquet")}
+
+
+def _sorted_pydict(table: pa.Table, key: str = "id") -> dict[str, list[Any]]:
+    return table.sort_by(key).to_pydict()
+
+
+# --------------------------------------------------------------------------- install / guard
+
+
+def test_install_is_embedded_and_idempotent(spark: SparkSession) -> None:
+    assert storage.storage_mode(spark) == "embedded"
+    assert storage.install_storage(spark) == "embedded"
+    assert storage.probe_jvm_delta(spark) is False  # no Delta jars in this environment
+
+
+def _must_not_register() -> None:
+    raise AssertionError("must not register when native Delta is present")
+
+
+def test_guard_native_class_wins() -> None:
+    assert storage.choose_storage_mode(True, "", _must_not_register) == "native"
+
+
+def test_guard_extension_counts_only_when_class_cannot_be_probed() -> None:
+    ext = "foo.Bar," + storage.DELTA_EXTENSION
+    assert storage.choose_storage_mode(None, ext, _must_not_register) == "native"
+    calls: list[int] = []
+    assert storage.choose_storage_mode(False, ext, lambda: calls.append(1)) == "embedded"
+    assert calls == [1]
+
+
+def test_guard_refused_registration_means_native() -> None:
+    def refuse() -> None:
+        raise RuntimeError("[DATA_SOURCE_ALREADY_EXISTS] Data source 'delta' already exists.")
+
+    assert storage.choose_storage_mode(None, "", refuse) == "native"
+
+
+def test_guard_other_registration_failure_is_reported() -> None:
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="could not be registered: boom"):
+        storage.choose_storage_mode(None, "", broken)
+
+
+def test_guard_probe_without_jvm_is_unknown() -> None:
+    class ConnectLike:
+        @property
+        def _jvm(self) -> Any:
+            raise AttributeError("no py4j on Spark Connect")
+
+    assert storage.probe_jvm_delta(ConnectLike()) is None  # type: ignore[arg-type]
+
+
+def test_spark_refuses_registration_over_an_existing_source(spark: SparkSession) -> None:
+    """Spark itself refuses a Python source named like a JVM one; the guard reads that as native."""
+
+    class ShadowParquet(DeltaDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "parquet"
+
+    mode = storage.choose_storage_mode(None, "", lambda: spark.dataSource.register(ShadowParquet))
+    assert mode == "native"
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def test_spark_to_delta_round_trip_one_commit(spark: SparkSession, tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    df = _df(spark)
+    storage.write_table(df, str(path))
+
+    assert _versions(path) == [0]
+    assert len(DeltaTable(str(path)).file_uris()) == 3  # one file per task, one commit
+    expected = pa.Table.from_pylist([dict(zip(SCHEMA.names, r, strict=True)) for r in ROWS])
+    got = DeltaTable(str(path)).to_pyarrow_table()
+    assert got.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert _sorted_pydict(got) == _sorted_pydict(expected)
+
+    back = storage.read_table(spark, str(path))
+    assert back.rdd.getNumPartitions() == 3  # one input partition per data file
+    assert_df_equality(back, df, ignore_row_order=True)
+    assert storage.table_version(spark, str(path)) == 0
+    assert storage.table_exists(spark, str(path))
+
+
+def test_deltalake_written_table_reads_in_spark(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "rs")
+    data = pa.table(
+        {
+            "id": pa.array([1, 2, 3, 4], pa.int64()),
+            "k": ["a", "a", "b", None],
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1, tzinfo=UTC), None, None, dt.datetime(2024, 1, 2)],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "vals": pa.array([[1.0], None, [], [None, 2.5]], pa.list_(pa.float64())),
+        }
+    )
+    write_deltalake(path, data, partition_by=["k"])
+    write_deltalake(path, data.slice(0, 1), mode="append")
+
+    df = storage.read_table(spark, path)
+    assert df.rdd.getNumPartitions() == len(DeltaTable(path).file_uris()) == 4
+    expected = spark.createDataFrame(
+        [*data.to_pylist(), data.to_pylist()[0]],
+        "id long, k string, ts timestamp, vals array<double>",
+    )
+    assert_df_equality(df, expected.select(*df.columns), ignore_row_order=True)
+
+
+def test_append_and_overwrite(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    storage.write_table(_df(spark, ROWS[:2], 1), path)
+    storage.write_table(_df(spark, ROWS[2:4], 2), path, "append")
+    assert storage.read_table(spark, path).count() == 4
+    storage.write_table(_df(spark, ROWS[4:], 1), path, "overwrite")
+    assert _versions(Path(path)) == [0, 1, 2]
+    ids = sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist())
+    assert ids == [5, 6]
+    assert_df_equality(storage.read_table(spark, path), _df(spark, ROWS[4:]), ignore_row_order=True)
+
+
+def test_read_version_as_of(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    storage.write_table(_df(spark, ROWS[:2], 1), path)
+    storage.write_table(_df(spark, ROWS[2:], 1), path, "append")
+    old = spark.read.format("delta").option("versionAsOf", 0).load(path)
+    assert sorted(r.id for r in old.collect()) == [1, 2]
+
+
+def test_empty_dataframe_creates_table_with_schema(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "empty")
+    storage.write_table(spark.createDataFrame([], SCHEMA), path)
+    assert storage.table_version(spark, path) == 0
+    back = storage.read_table(spark, path)
+    assert back.count() == 0
+    assert back.schema == SCHEMA
+
+
+def test_append_widens_int_to_long(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    storage.write_table(spark.range(3), path)
+    storage.write_table(
+        spark.range(3, 5).select(F.col("id").cast("int").alias("id")), path, "append"
+    )
+    assert DeltaTable(path).schema().to_json() == storage_schema_json(["id"], "long")
+    assert sorted(r.id for r in storage.read_table(spark, path).collect()) == [0, 1, 2, 3, 4]
+
+
+def storage_schema_json(names: list[str], type_name: str) -> str:
+    """Delta schemaString for nullable columns of one type (compact, as delta-rs renders it)."""
+    fields = ",".join(
+        f'{{"name":"{n}","type":"{type_name}","nullable":true,"metadata":{{}}}}' for n in names
+    )
+    return f'{{"type":"struct","fields":[{fields}]}}'
+
+
+# --------------------------------------------------------------------------- modes / schema
+
+
+def test_error_and_ignore_modes(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    storage.write_table(_df(spark, ROWS[:1], 1), path, "errorifexists")
+    with pytest.raises(FileExistsError, match="already exists"):
+        storage.write_table(_df(spark, ROWS[1:2], 1), path, "error")
+    storage.write_table(_df(spark, ROWS[1:2], 1), path, "ignore")
+    assert _versions(Path(path)) == [0]
+    storage.write_table(_df(spark, ROWS[1:2], 1), str(tmp_path / "new"), "ignore")
+    assert storage.table_version(spark, str(tmp_path / "new")) == 0
+    with pytest.raises(ValueError, match="unknown save mode"):
+        storage.write_table(_df(spark, ROWS[:1], 1), path, "upsert")
+
+
+def test_overwrite_with_new_schema_needs_overwrite_schema(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    storage.write_table(_df(spark, ROWS[:2], 1), path)
+    other = spark.createDataFrame([("k", 1.0)], "key string, value double")
+    with pytest.raises(Exception, match="Schema mismatch on overwrite") as err:
+        storage.write_table(other, path)
+    assert "Set option overwriteSchema=true" in str(err.value)
+    with pytest.raises(Exception, match="Schema mismatch on append"):
+        storage.write_table(other, path, "append")
+    assert _versions(Path(path)) == [0]
+
+    storage.write_table(other, path, overwrite_schema=True)
+    assert _versions(Path(path)) == [0, 1]
+    assert DeltaTable(path).to_pyarrow_table().to_pydict() == {"key": ["k"], "value": [1.0]}
+    assert_df_equality(storage.read_table(spark, path), other)
+
+
+def test_schema_differences_are_named() -> None:
+    table = storage_schema_json(["a", "b"], "long")
+    data = storage_schema_json(["a", "c"], "string")
+    assert schema_differences(table, data, allow_widening=True) == [
+        "missing column 'b'",
+        "new column 'c'",
+        "column 'a' is string but the table has long",
+    ]
+
+
+# --------------------------------------------------------------------------- txn / atomicity
+
+
+def test_txn_app_id_and_version_skip_reruns(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    df = _df(spark, ROWS[:2], 1)
+    storage.write_table(df, path, "append", txn_app_id="job", txn_version=1)
+    assert DeltaTable(path).transaction_version("job") == 1
+    files = _parquet_files(tmp_path / "t")
+
+    storage.write_table(df, path, "append", txn_app_id="job", txn_version=1)  # re-run
+    storage.write_table(df, path, "overwrite", txn_app_id="job", txn_version=0)  # older
+    assert storage.table_version(spark, path) == 0
+    assert _parquet_files(tmp_path / "t") == files  # nothing written by skipped runs
+
+    storage.write_table(df, path, "append", txn_app_id="other", txn_version=1)  # other app id
+    storage.write_table(df, path, "append", txn_app_id="job", txn_version=2)
+    assert storage.table_version(spark, path) == 2
+    assert DeltaTable(path).transaction_version("job") == 2
+    assert storage.read_table(spark, path).count() == 6
+
+    direct = df.write.format("delta").mode("append").option("txnAppId", "job")
+    direct.option("txnVersion", "2").save(path)  # plain job-code form is honoured too
+    assert storage.table_version(spark, path) == 2
+
+
+@pytest.mark.filterwarnings("ignore:Cannot infer the eval type")
+def test_failing_write_leaves_no_version_and_no_files(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    storage.write_table(_df(spark, ROWS, 3), path)
+    files = _parquet_files(tmp_path / "t")
+
+    @F.udf("long")
+    def explode_on_six(x: int) -> int:
+        if x == 6:
+            raise ValueError("task failure injected by test")
+        return x
+
+    bad = _df(spark, ROWS, 3).withColumn("id", explode_on_six("id"))
+    with pytest.raises(Exception, match="task failure injected"):
+        storage.write_table(bad, path, "append")
+    assert _versions(Path(path)) == [0]
+    assert _parquet_files(tmp_path / "t") == files  # task files cleaned up by abort
+    assert storage.read_table(spark, path).count() == len(ROWS)
+
+
+@pytest.mark.filterwarnings("ignore:Cannot infer the eval type")
+def test_failed_first_write_leaves_no_table(spark: SparkSession, tmp_path: Path) -> None:
+    @F.udf("long")
+    def fail(x: int) -> int:
+        raise ValueError("task failure injected by test")
+
+    path = str(tmp_path / "t")
+    with pytest.raises(Exception, match="task failure injected"):
+        storage.write_table(_df(spark, ROWS, 2).withColumn("id", fail("id")), path)
+    assert not storage.table_exists(spark, path)
+    assert storage.table_version(spark, path) is None
+
+
+# --------------------------------------------------------------------------- reader features
+
+
+def test_deletion_vectors_and_column_mapping_read_through_delta_rs(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "dv")
+    first = pa.table({"id": pa.array(range(10), pa.int64()), "name": [f"n{i}" for i in range(10)]})
+    second = pa.table({"id": pa.array([10, 11], pa.int64()), "name": ["n10", None]})
+    write_dv_column_mapping_table(path, [(first, [2, 5, 9]), (second, [])])
+
+    df = storage.read_table(spark, path)
+    assert df.columns == ["id", "name"]  # logical names, not physical ones
+    kept = [0, 1, 3, 4, 6, 7, 8, 10, 11]
+    expected = spark.createDataFrame(
+        [(i, f"n{i}" if i != 11 else None) for i in kept], "id long, name string"
+    )
+    assert_df_equality(df, expected, ignore_row_order=True)
+    assert not any(f.metadata for f in df.schema.fields)  # physical names not leaked
+
+    with pytest.raises(Exception, match="uses column mapping; the embedded delta-rs writer"):
+        storage.write_table(expected, path, "append")
+    assert _versions(Path(path)) == [0]
+
+
+def test_missing_table(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "nope")
+    assert storage.table_version(spark, path) is None
+    assert not storage.table_exists(spark, path)
+    with pytest.raises(Exception, match="No Delta table at"):
+        storage.read_table(spark, path).collect()
