@@ -186,3 +186,24 @@ def test_keys_spread_over_dbs(rows: list[dict[str, Any]]) -> None:
         if r["argv"] and r["argv"][0] == "XADD":
             names.setdefault(r["argv"][1], set()).add(r["db"] or 0)
     assert any(len(d) == 2 for d in names.values())
+
+
+def test_arrow_batches_keep_rows_and_nulls() -> None:
+    from pelengine.spark.generate_io import EVENTS_ARROW_SCHEMA, generated_arrow_table
+
+    table = generated_arrow_table(3000, 5, seed=3, chunk_rows=700)
+    assert table.schema == EVENTS_ARROW_SCHEMA
+    assert table.to_pylist() == list(generate_events(3000, 5, seed=3))
+
+
+@pytest.mark.spark
+def test_generated_dataframe_has_events_schema(spark: Any) -> None:
+    from pelengine.spark.generate_io import generated_events_df
+    from pelengine.spark.schemas import EVENTS_SCHEMA
+
+    df = generated_events_df(spark, 2000, 4, seed=5)
+    assert df.schema == EVENTS_SCHEMA
+    got = sorted((r.asDict() for r in df.collect()), key=lambda r: (r["seq"], r["source"]))
+    want = sorted(generate_events(2000, 4, seed=5), key=lambda r: (r["seq"], r["source"]))
+    assert got == want
+    assert any(r["argv"] is None for r in got) and any(r["argv"] == [] for r in got)

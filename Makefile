@@ -1,0 +1,41 @@
+# pelengine developer tasks. `make` (or `make help`) lists them.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+CONF   ?= conf/local.yaml
+DEMO   ?= demo
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint typecheck clean
+
+help: ## list the targets
+	@echo "pelengine - make targets:"
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "variables: PYTHON=$(PYTHON) CONF=$(CONF) DEMO=$(DEMO) PYTEST_ARGS=..."
+
+install: $(STAMP) ## create .venv (python3.11) and install the package with dev extras (once per pyproject change)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+run: install ## generate a demo events table, reconstruct it, print the summary (one Spark session)
+	$(BIN)/pelengine demo --dir $(DEMO) --conf $(CONF)
+
+test: install ## run the test suite (PYTEST_ARGS="-k ..." to narrow)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install ## ruff check and ruff format --check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install ## mypy on the package
+	$(BIN)/mypy -p pelengine
+
+clean: ## remove build, demo and cache outputs (keeps .venv)
+	rm -rf $(DEMO) out build dist *.egg-info spark-warehouse metastore_db derby.log
+	rm -rf .pytest_cache .mypy_cache .ruff_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

@@ -1,0 +1,152 @@
+"""Typed configuration for the CLI: packaged defaults, overlaid by YAML files.
+
+The defaults ship inside the package (`pelengine/conf/defaults.yaml`, a copy of
+the repo's `conf/defaults.yaml`), so an installed wheel needs no repo checkout.
+Each `--conf FILE` is merged key by key on top, later files winning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pelengine.model import PROFILES as _MODEL_PROFILES
+
+PROFILES: tuple[str, ...] = tuple(sorted(_MODEL_PROFILES))  # Redis version profiles
+PACKAGED_DEFAULTS = "defaults.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration file is missing, unreadable or holds a bad value."""
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """Sizes of a synthetic workload."""
+
+    events: int = 20_000
+    keys: int = 20
+    seed: int = 7
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """How the CLI builds its SparkSession."""
+
+    app_name: str = "pelengine"
+    master: str | None = None
+    log_level: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything the CLI reads from configuration."""
+
+    profile: str = "7.0"
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    demo_dir: str = "demo"
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    sources: tuple[str, ...] = ()
+
+
+def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge two mappings; values of `over` win, nested mappings merge."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(text: str, origin: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{origin}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def packaged_defaults() -> dict[str, Any]:
+    """The defaults shipped inside the package."""
+    text = resources.files("pelengine").joinpath("conf", PACKAGED_DEFAULTS).read_text("utf-8")
+    return _read_yaml(text, f"pelengine/conf/{PACKAGED_DEFAULTS}")
+
+
+def _section(raw: Mapping[str, Any], name: str, origin: str) -> Mapping[str, Any]:
+    value = raw.get(name) or {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{origin}: '{name}' must be a mapping")
+    return value
+
+
+def _int(section: Mapping[str, Any], key: str, path: str, origin: str, minimum: int) -> int:
+    value = section.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{origin}: '{path}' must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _opt_str(section: Mapping[str, Any], key: str, path: str, origin: str) -> str | None:
+    value = section.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{origin}: '{path}' must be a string, got {value!r}")
+
+
+def _conf_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
+    """Validate a merged raw mapping into a `Config` (errors name the key)."""
+    rec = _section(raw, "reconstruct", origin)
+    profile = str(rec.get("profile", "7.0"))
+    if profile not in PROFILES:
+        raise ConfigError(
+            f"{origin}: 'reconstruct.profile' must be one of {', '.join(PROFILES)}, got {profile!r}"
+        )
+    gen = _section(raw, "generate", origin)
+    generate = GenerateConfig(
+        events=_int(gen, "events", "generate.events", origin, 0),
+        keys=_int(gen, "keys", "generate.keys", origin, 1),
+        seed=_int(gen, "seed", "generate.seed", origin, 0),
+    )
+    demo = _section(raw, "demo", origin)
+    demo_dir = _opt_str(demo, "dir", "demo.dir", origin) or "demo"
+    sp = _section(raw, "spark", origin)
+    conf = _section(sp, "conf", origin)
+    spark = SparkConfig(
+        app_name=_opt_str(sp, "app_name", "spark.app_name", origin) or "pelengine",
+        master=_opt_str(sp, "master", "spark.master", origin),
+        log_level=_opt_str(sp, "log_level", "spark.log_level", origin),
+        conf={str(k): _conf_value(v) for k, v in conf.items() if v is not None},
+    )
+    return Config(profile=profile, generate=generate, demo_dir=demo_dir, spark=spark)
+
+
+def load_config(paths: Sequence[str | Path] = ()) -> Config:
+    """Packaged defaults, then each file of `paths` merged on top in order."""
+    raw = packaged_defaults()
+    for p in paths:
+        path = Path(p)
+        try:
+            text = path.read_text("utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--conf {path}: cannot read: {exc.strerror or exc}") from exc
+        raw = merge(raw, _read_yaml(text, f"--conf {path}"))
+    origin = "--conf " + ", ".join(str(p) for p in paths) if paths else "defaults"
+    return replace(from_mapping(raw, origin), sources=tuple(str(p) for p in paths))

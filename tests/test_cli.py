@@ -1,0 +1,291 @@
+"""The command line: parsing, usage errors (exit 2), failures (exit 1), the exit wrapper,
+and the configuration it loads. Only the last test needs Spark."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pelengine import cli
+from pelengine.config import ConfigError, load_config, packaged_defaults
+
+REPO = Path(__file__).resolve().parents[1]
+SENTINEL_SPARK: Any = object()  # stands in for a session: commands below never touch it
+
+
+def run_cli(argv: list[str], **kwargs: Any) -> int:
+    return cli.run(argv, spark=SENTINEL_SPARK, progress=lambda _: None, **kwargs)
+
+
+# ---- parsing -------------------------------------------------------------------------
+
+
+def test_reconstruct_arguments() -> None:
+    args = cli.build_parser().parse_args(
+        [
+            "reconstruct",
+            "--events",
+            "e",
+            "--out",
+            "o",
+            "--redis-version",
+            "7.4",
+            "--as-of-ms",
+            "1700000000000",
+            "--as-of-seq",
+            "12",
+            "--txn-app-id",
+            "nightly",
+            "--txn-version",
+            "3",
+            "--conf",
+            "a.yaml",
+            "--conf",
+            "b.yaml",
+        ]
+    )
+    assert (args.command, args.events, args.out, args.redis_version) == (
+        "reconstruct",
+        "e",
+        "o",
+        "7.4",
+    )
+    assert (args.as_of_ms, args.as_of_seq) == (1_700_000_000_000, 12)
+    assert (args.txn_app_id, args.txn_version) == ("nightly", 3)
+    assert args.conf == ["a.yaml", "b.yaml"]
+
+
+def test_generate_and_demo_arguments_default_to_conf() -> None:
+    args = cli.build_parser().parse_args(["generate", "--out", "x"])
+    assert (args.events, args.keys, args.seed, args.no_faults) == (None, None, None, False)
+    assert cli._sizes(args, load_config()) == (20_000, 20, 7)
+    args = cli.build_parser().parse_args(["demo", "--events", "10", "--seed", "3"])
+    assert cli._sizes(args, load_config()) == (10, 20, 3)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "required: COMMAND"),
+        (["frobnicate"], "invalid choice"),
+        (["reconstruct", "--out", "o"], "--events"),
+        (["reconstruct", "--events", ".", "--out", "o", "--redis-version", "6.2"], "6.2"),
+        (["reconstruct", "--events", ".", "--out", "o", "--as-of-ms", "-1"], "--as-of-ms"),
+        (["reconstruct", "--events", ".", "--out", "o", "--as-of-seq", "x"], "--as-of-seq"),
+        (["reconstruct", "--events", ".", "--out", "o", "--txn-version", "1"], "--txn-app-id"),
+        (["reconstruct", "--events", ".", "--out", "o", "--txn-app-id", "a"], "--txn-version"),
+        (["reconstruct", "--events", "/no/such/events", "--out", "o"], "/no/such/events"),
+        (["summary", "--out", "/no/such/out"], "--out /no/such/out"),
+        (["generate", "--out", "o", "--keys", "0"], "--keys"),
+        (["generate", "--out", "o", "--conf", "/no/such.yaml"], "/no/such.yaml"),
+    ],
+)
+def test_usage_errors_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(argv) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err and "usage:" in err
+
+
+def test_bad_conf_values_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("generate:\n  events: lots\n")
+    assert run_cli(["generate", "--out", "o", "--conf", str(bad)]) == cli.EXIT_USAGE
+    assert "generate.events" in capsys.readouterr().err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("spark: [unclosed\n")
+    assert run_cli(["generate", "--out", "o", "--conf", str(broken)]) == cli.EXIT_USAGE
+    assert "broken.yaml" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["--help"]) == 0
+    assert "reconstruct" in capsys.readouterr().out
+    assert run_cli(["reconstruct", "--help"]) == 0
+    assert "--as-of-seq" in capsys.readouterr().out
+
+
+# ---- calling the library -------------------------------------------------------------
+
+
+def test_reconstruct_passes_options(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pelengine.pipeline as pipeline
+
+    seen: dict[str, Any] = {}
+
+    def fake_run(spark: Any, events: str, out: str, options: Any, progress: Any) -> dict:
+        seen.update(spark=spark, events=events, out=out, options=options)
+        return {"events": {"read": 5}}
+
+    monkeypatch.setattr(pipeline, "run_reconstruct", fake_run)
+    monkeypatch.setattr(pipeline, "format_report", lambda report: "REPORT")
+    code = run_cli(
+        ["reconstruct", "--events", str(tmp_path), "--out", "o", "--as-of-seq", "9"]
+        + ["--txn-app-id", "app", "--txn-version", "4"]
+    )
+    assert code == cli.EXIT_OK
+    opts = seen["options"]
+    assert seen["spark"] is SENTINEL_SPARK and seen["events"] == str(tmp_path)
+    assert (opts.profile, opts.as_of_seq, opts.as_of_ms) == ("7.0", 9, None)
+    assert (opts.txn_app_id, opts.txn_version) == ("app", 4)
+    assert "REPORT" in capsys.readouterr().out
+    assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", "--json"]) == 0
+    assert '"read": 5' in capsys.readouterr().out
+
+
+def test_failure_exits_1_and_names_the_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom(*_: Any) -> int:
+        raise FileNotFoundError("demo/events: gone")
+
+    monkeypatch.setitem(cli.COMMANDS, "generate", boom)
+    assert run_cli(["generate", "--out", "o"]) == cli.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "generate failed: FileNotFoundError: demo/events: gone" in err
+
+
+def test_main_with_argv_returns() -> None:
+    assert cli.main(["reconstruct", "--events", "/no/such/events", "--out", "o"]) == 2
+
+
+# ---- the exit wrapper ------------------------------------------------------------------
+
+
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize("code", [0, 1, 2])
+def test_exit_process_keeps_code_and_output_despite_crashing_shutdown(code: int) -> None:
+    # an atexit hook that aborts stands in for delta-rs crashing at interpreter exit
+    proc = _python(
+        f"""
+        import atexit, os, sys
+        atexit.register(os.abort)
+        from pelengine.cli import exit_process
+        sys.stdout.write("result without newline")
+        sys.stderr.write("progress without newline")
+        exit_process({code})
+        """
+    )
+    assert proc.returncode == code
+    assert proc.stdout == "result without newline"
+    assert proc.stderr == "progress without newline"
+
+
+def test_console_entry_usage_error_exit_code() -> None:
+    proc = _python(
+        "import sys; from pelengine.cli import main; main()",
+        "reconstruct",
+        "--events",
+        "/no/such/events",
+        "--out",
+        "o",
+    )
+    assert proc.returncode == 2
+    assert "--events /no/such/events: no such path" in proc.stderr
+
+
+def test_spark_submit_job_forwards_to_reconstruct() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "jobs" / "reconstruct.py"), "--out", "o"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2
+    assert "pelengine reconstruct" in proc.stderr and "--events" in proc.stderr
+
+
+# ---- configuration -------------------------------------------------------------------
+
+
+def test_packaged_defaults_match_repo_conf() -> None:
+    import yaml
+
+    repo_defaults = yaml.safe_load((REPO / "conf" / "defaults.yaml").read_text())
+    assert packaged_defaults() == repo_defaults
+
+
+def test_defaults_and_overlays(tmp_path: Path) -> None:
+    conf = load_config()
+    assert conf.profile == "7.0"
+    assert (conf.generate.events, conf.generate.keys, conf.generate.seed) == (20_000, 20, 7)
+    assert conf.spark.master == "local[2]"
+    assert conf.spark.conf["spark.sql.shuffle.partitions"] == "2"
+    assert conf.spark.conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf.spark.conf["spark.ui.enabled"] == "false"
+    assert "spark.driver.memory" in conf.spark.conf
+    local = load_config([REPO / "conf" / "local.yaml"])
+    assert local.sources == (str(REPO / "conf" / "local.yaml"),)
+    over = tmp_path / "over.yaml"
+    over.write_text(
+        "reconstruct: {profile: '7.4'}\ngenerate: {seed: 99}\n"
+        "spark: {master: null, conf: {spark.sql.shuffle.partitions: 8}}\n"
+    )
+    merged = load_config([over])
+    assert merged.profile == "7.4" and merged.generate.seed == 99
+    assert merged.generate.events == 20_000  # untouched keys keep their defaults
+    assert merged.spark.master is None
+    assert merged.spark.conf["spark.sql.shuffle.partitions"] == "8"
+    assert merged.spark.conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_config_errors_name_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("reconstruct: {profile: '6.0'}\n")
+    with pytest.raises(ConfigError, match=r"reconstruct\.profile"):
+        load_config([bad])
+    bad.write_text("- a list\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config([bad])
+
+
+# ---- end to end (Spark) -------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_generate_command_writes_events_table(spark: Any, tmp_path: Path) -> None:
+    from pelengine.storage import read_table
+
+    out = str(tmp_path / "events")
+    quiet: Any = lambda _: None  # noqa: E731
+    assert (
+        cli.run(
+            ["generate", "--out", out, "--events", "1500", "--keys", "4"],
+            spark=spark,
+            progress=quiet,
+        )
+        == 0
+    )
+    df = read_table(spark, out)
+    assert df.count() == 1500
+    assert [f.name for f in df.schema.fields][:6] == [
+        "seq",
+        "ts_ms",
+        "argv",
+        "db",
+        "client",
+        "source",
+    ]
