@@ -898,7 +898,7 @@ def rename(r: Replayer, call: Call) -> None:
     if nx and r.lookup_any(call.db, dst) is not None:
         return
     r.delete_key(call, call.db, dst)
-    r.move_key(call.db, src, dst)
+    r.move_key(call, call.db, src, dst)
 
 
 def flush(r: Replayer, call: Call) -> None:

@@ -71,6 +71,7 @@ class Call:
     argv: list[str]
     command: str
     result: Any = None
+    touched_stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,10 @@ OTHER_WRITERS: dict[str, tuple[Handler, int]] = {
         for name in names.split()
     },
 }
+
+# Key-level commands: applied when they reach a stream, ignored otherwise (the
+# model cannot tell a missing key from a key of another type it never saw).
+KEYSPACE_COMMANDS = frozenset({"DEL", "UNLINK", "RENAME", "RENAMENX", "FLUSHDB", "FLUSHALL"})
 
 # Stream commands of newer Redis versions: unknown to the profiles modelled here.
 NEWER_STREAM_COMMANDS = frozenset({"XACKDEL", "XDELEX", "XNACK"})
@@ -181,11 +186,11 @@ class Replayer:
         try:
             handler(self, call)
         except CommandError as exc:
-            if not is_stream:
+            if not is_stream or (name in KEYSPACE_COMMANDS and exc.kind == "no_such_key"):
                 counters.ignored += 1
                 return Outcome("ignored")
             return self._fail(exc.kind)
-        if is_stream:
+        if is_stream and (name not in KEYSPACE_COMMANDS or call.touched_stream):
             counters.applied += 1
             return Outcome("applied")
         counters.ignored += 1
@@ -224,11 +229,15 @@ class Replayer:
         """Remove a key; a stream's pending entries close as ``key_deleted``."""
         value = self.keys.pop((db, key), None)
         if isinstance(value, Stream):
+            call.touched_stream = True
             for group in value.groups.values():
                 self.close_group(call, db, key, group, "key_deleted")
 
-    def move_key(self, db: int, src: str, dst: str) -> None:
-        self.keys[(db, dst)] = self.keys.pop((db, src))
+    def move_key(self, call: Call, db: int, src: str, dst: str) -> None:
+        value = self.keys.pop((db, src))
+        if isinstance(value, Stream):
+            call.touched_stream = True
+        self.keys[(db, dst)] = value
 
     def flush(self, call: Call, db: int | None) -> None:
         """Remove every key of ``db`` (None: of every db)."""

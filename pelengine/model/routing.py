@@ -42,6 +42,14 @@ def xreadgroup_keys(argv: Sequence[str]) -> list[str]:
 
 
 def touched_keys(argv: Sequence[str] | None) -> tuple[str, list[str]]:
+    """(scope, keys), see ``_touched_keys``; a command naming no key reaches no stream."""
+    scope, keys = _touched_keys(argv)
+    if scope == SCOPE_KEYS and not keys:
+        return SCOPE_NONE, []
+    return scope, keys
+
+
+def _touched_keys(argv: Sequence[str] | None) -> tuple[str, list[str]]:
     """(scope, keys): the keys whose state the command may read or change.
 
     Scope ``db``/``all`` means every stream of the command's db / of every db.

@@ -1,0 +1,200 @@
+"""Spark schemas of the input contract and of every output table (outputs.md).
+
+The replay UDF returns one wide row type for all tables (``table`` says which
+one a row belongs to); ``TABLE_COLUMNS`` selects each table's columns from it.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+EVENTS_SCHEMA = StructType(
+    [
+        StructField("seq", LongType(), True),
+        StructField("ts_ms", LongType(), True),
+        StructField("argv", ArrayType(StringType(), True), True),
+        StructField("db", IntegerType(), True),
+        StructField("client", StringType(), True),
+        StructField("source", StringType(), True),
+    ]
+)
+REQUIRED_EVENT_COLUMNS = ("seq", "ts_ms", "argv")
+OPTIONAL_EVENT_COLUMNS = ("db", "client", "source")
+
+_I = IntegerType()
+_L = LongType()
+_S = StringType()
+_B = BooleanType()
+
+# Every column any table uses, with its type.
+_COLUMN_TYPES: dict[str, DataType] = {
+    "db": _I,
+    "key": _S,
+    "group": _S,
+    "id": _S,
+    "id_ms": _L,
+    "id_seq": _L,
+    "consumer": _S,
+    "delivery_time_ms": _L,
+    "delivery_count": _L,
+    "entry_exists": _B,
+    "idle_ms": _L,
+    "pending": _L,
+    "seen_time_ms": _L,
+    "active_time_ms": _L,
+    "oldest_pending_id": _S,
+    "earliest_delivery_time_ms": _L,
+    "max_delivery_count": _L,
+    "deliveries": _L,
+    "owners": _L,
+    "first_delivery_ms": _L,
+    "last_delivery_ms": _L,
+    "status": _S,
+    "closed_ms": _L,
+    "last_delivered_id": _S,
+    "entries_read": _L,
+    "lag": _L,
+    "consumers": _L,
+    "length": _L,
+    "last_generated_id": _S,
+    "max_deleted_entry_id": _S,
+    "entries_added": _L,
+    "first_entry_id": _S,
+    "last_entry_id": _S,
+    "recorded_first_entry_id": _S,
+    "groups": _L,
+    "seq": _L,
+    "ts_ms": _L,
+    "command": _S,
+    "change": _S,
+    "from_consumer": _S,
+    "to_consumer": _S,
+    "as_of_ms": _L,
+    "as_of_seq": _L,
+}
+
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "pel": (
+        "db",
+        "key",
+        "group",
+        "id",
+        "id_ms",
+        "id_seq",
+        "consumer",
+        "delivery_time_ms",
+        "delivery_count",
+        "entry_exists",
+        "idle_ms",
+        "as_of_ms",
+        "as_of_seq",
+    ),
+    "ownership": (
+        "db",
+        "key",
+        "group",
+        "consumer",
+        "pending",
+        "seen_time_ms",
+        "active_time_ms",
+        "oldest_pending_id",
+        "earliest_delivery_time_ms",
+        "max_delivery_count",
+        "as_of_ms",
+        "as_of_seq",
+    ),
+    "delivery_counts": (
+        "db",
+        "key",
+        "group",
+        "id",
+        "id_ms",
+        "id_seq",
+        "delivery_count",
+        "deliveries",
+        "owners",
+        "first_delivery_ms",
+        "last_delivery_ms",
+        "status",
+        "closed_ms",
+        "as_of_ms",
+        "as_of_seq",
+    ),
+    "groups": (
+        "db",
+        "key",
+        "group",
+        "last_delivered_id",
+        "entries_read",
+        "lag",
+        "pending",
+        "consumers",
+        "as_of_ms",
+        "as_of_seq",
+    ),
+    "streams": (
+        "db",
+        "key",
+        "length",
+        "last_generated_id",
+        "max_deleted_entry_id",
+        "entries_added",
+        "first_entry_id",
+        "last_entry_id",
+        "recorded_first_entry_id",
+        "groups",
+        "as_of_ms",
+        "as_of_seq",
+    ),
+    "ownership_changes": (
+        "db",
+        "key",
+        "group",
+        "id",
+        "id_ms",
+        "id_seq",
+        "seq",
+        "ts_ms",
+        "command",
+        "change",
+        "from_consumer",
+        "to_consumer",
+        "delivery_count",
+        "delivery_time_ms",
+        "as_of_ms",
+        "as_of_seq",
+    ),
+}
+STATE_TABLES = ("pel", "ownership", "delivery_counts", "groups", "streams")
+OUTPUT_TABLES = (*STATE_TABLES, "ownership_changes")
+
+# Outcome rows: how many commands of a kind a replay applied, ignored or failed.
+STAT_FIELDS = (
+    StructField("stat_command", _S, True),
+    StructField("stat_kind", _S, True),
+    StructField("stat_error", _S, True),
+    StructField("stat_count", _L, True),
+)
+
+REPLAY_OUTPUT_SCHEMA = StructType(
+    [StructField("table", _S, False)]
+    + [StructField(name, dtype, True) for name, dtype in _COLUMN_TYPES.items()]
+    + list(STAT_FIELDS)
+)
+
+
+def table_schema(name: str) -> StructType:
+    """The schema of one output table."""
+    return StructType([StructField(c, _COLUMN_TYPES[c], True) for c in TABLE_COLUMNS[name]])
+
+
+REJECTED_EXTRA = StructField("reason", _S, False)

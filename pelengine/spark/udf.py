@@ -1,0 +1,199 @@
+"""The Arrow functions Spark runs on executors: routing and the grouped replay.
+
+Both factories capture only plain values (profile name, times, a dict), so
+what Spark pickles is small and does not depend on the driver's session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from pelengine.model.replay import Replayer, command_name
+from pelengine.model.routing import SCOPE_KEYS, linked_keys, touched_keys
+from pelengine.spark.schemas import REPLAY_OUTPUT_SCHEMA
+
+OUTPUT_BATCH_ROWS = 8192
+
+
+def _arrow_schema(spark_schema: Any) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema)
+
+
+LINKS_ARROW_SCHEMA = pa.schema([("db", pa.int32()), ("links", pa.list_(pa.string()))])
+
+
+def links_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """For RENAME/XREADGROUP rows: the keys that must share one replay (mapInArrow)."""
+    for batch in batches:
+        dbs = batch.column("db").to_pylist()
+        argvs = batch.column("argv").to_pylist()
+        out_db: list[int] = []
+        out_links: list[list[str]] = []
+        for db, argv in zip(dbs, argvs, strict=True):
+            links = linked_keys(argv)
+            if links:
+                out_db.append(db)
+                out_links.append(links)
+        if out_db:
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(out_db, pa.int32()), pa.array(out_links, pa.list_(pa.string()))],
+                schema=LINKS_ARROW_SCHEMA,
+            )
+
+
+def make_router(
+    profile: str, family_of: dict[tuple[int, str], str]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A mapInArrow function adding ``scope``, ``families`` and, for rows that reach
+    no stream, the outcome a fresh model gives them (``pre_kind``/``pre_error``)."""
+
+    def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        blank = Replayer(profile, record_changes=False)
+        for batch in batches:
+            dbs = batch.column("db").to_pylist()
+            argvs = batch.column("argv").to_pylist()
+            scopes: list[str] = []
+            families: list[list[str]] = []
+            commands: list[str] = []
+            kinds: list[str | None] = []
+            errors: list[str | None] = []
+            for db, argv in zip(dbs, argvs, strict=True):
+                scope, keys = touched_keys(argv)
+                scopes.append(scope)
+                commands.append(command_name(argv))
+                fams = list(dict.fromkeys(family_of.get((db, k), k) for k in keys))
+                families.append(fams)
+                if scope != SCOPE_KEYS:
+                    outcome = blank.apply(0, 0, argv, db)
+                    kinds.append(outcome.kind)
+                    errors.append(outcome.error)
+                else:
+                    kinds.append(None)
+                    errors.append(None)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    *batch.columns,
+                    pa.array(commands, pa.string()),
+                    pa.array(scopes, pa.string()),
+                    pa.array(families, pa.list_(pa.string())),
+                    pa.array(kinds, pa.string()),
+                    pa.array(errors, pa.string()),
+                ],
+                names=[
+                    *batch.schema.names,
+                    "command",
+                    "scope",
+                    "families",
+                    "pre_kind",
+                    "pre_error",
+                ],
+            )
+
+    return route
+
+
+class SeqOrderError(RuntimeError):
+    """The replay saw ``seq`` go backwards: the physical plan lost the per-stream order."""
+
+
+def make_replay_function(
+    profile: str, as_of_ms: int, as_of_seq: int
+) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The grouped (iterator-form) Arrow UDF replaying one family of stream keys.
+
+    Input batches hold the family's events in ``seq`` order; output rows are
+    the ``ownership_changes`` as they happen, then the final state tables and
+    the outcome counters, all in the wide ``REPLAY_OUTPUT_SCHEMA``.
+    """
+    schema = _arrow_schema(REPLAY_OUTPUT_SCHEMA)
+    as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
+
+    def emit(table: str, rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
+        for start in range(0, len(rows), OUTPUT_BATCH_ROWS):
+            chunk = rows[start : start + OUTPUT_BATCH_ROWS]
+            for row in chunk:
+                row["table"] = table
+            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+
+    def replay(
+        key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[pa.RecordBatch]:
+        replayer = Replayer(profile)
+        family = f"db={key[0].as_py()} family={key[1].as_py()!r}"
+        last_seq: int | None = None
+        fanout_outcomes: list[dict[str, Any]] = []
+        for batch in batches:
+            cols = batch.to_pydict()
+            for seq, ts_ms, argv, db, client, fanout in zip(
+                cols["seq"],
+                cols["ts_ms"],
+                cols["argv"],
+                cols["db"],
+                cols["client"],
+                cols["fanout"],
+                strict=True,
+            ):
+                if last_seq is not None and seq <= last_seq:
+                    raise SeqOrderError(
+                        f"replay of {family} saw seq {seq} after {last_seq}: events did not "
+                        "arrive in seq order, the tables would be wrong"
+                    )
+                last_seq = seq
+                outcome = replayer.apply(seq, ts_ms, argv, db, client)
+                if fanout:
+                    replayer.counters.commands[command_name(argv)] -= 1
+                    fanout_outcomes.append(
+                        {
+                            "seq": seq,
+                            "stat_command": command_name(argv),
+                            "stat_kind": outcome.kind,
+                            "stat_error": outcome.error,
+                            "stat_count": 1,
+                        }
+                    )
+            changes = replayer.drain_changes()
+            for row in changes:
+                row.update(as_of)
+            yield from emit("ownership_changes", changes)
+        for table, rows in replayer.snapshot(as_of_ms, as_of_seq).items():
+            yield from emit(table, rows)
+        yield from emit("outcome", fanout_outcomes)
+        yield from emit("stats", _stat_rows(replayer, fanout_outcomes))
+
+    return replay
+
+
+def _stat_rows(replayer: Replayer, fanout: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Counters of the non-fan-out commands this replay applied, per command and outcome."""
+    # Fan-out commands are counted once per event by the pipeline, from "outcome" rows.
+    # The replayer's per-kind counters include them, so they are subtracted here.
+    counts: dict[tuple[str, str, str | None], int] = {}
+    for name, count in replayer.counters.commands.items():
+        if count:
+            counts[(name, "seen", None)] = count
+    c = replayer.counters
+    totals = {"applied": c.applied, "ignored": c.ignored}
+    for row in fanout:
+        if row["stat_kind"] in totals:
+            totals[row["stat_kind"]] -= 1
+    errors = dict(c.errors)
+    for row in fanout:
+        if row["stat_kind"] == "error":
+            errors[row["stat_error"]] -= 1
+    for kind, count in totals.items():
+        if count:
+            counts[("*", kind, None)] = count
+    for error, count in errors.items():
+        if count:
+            counts[("*", "error", error)] = count
+    for note, count in replayer.notes.items():
+        counts[("*", "note", note)] = count
+    return [
+        {"stat_command": cmd, "stat_kind": kind, "stat_error": err, "stat_count": n}
+        for (cmd, kind, err), n in counts.items()
+    ]
