@@ -426,12 +426,17 @@ def run_reconstruct(
     events = storage.read_table(spark, events_path)
     result = reconstruct(spark, events, options, progress)
     report = result.report
-    txn = {"txn_app_id": options.txn_app_id, "txn_version": options.txn_version}
     output_rows: dict[str, int] = {}
     write_started = time.monotonic()
     for name, df in [*result.tables.items(), ("rejected_events", result.rejected)]:
         progress(f"writing {name}")
-        storage.write_table(df, os.path.join(out_path, name), "overwrite", **txn)
+        storage.write_table(
+            df,
+            os.path.join(out_path, name),
+            "overwrite",
+            txn_app_id=options.txn_app_id,
+            txn_version=options.txn_version,
+        )
         output_rows[name] = df.count()
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
     rejected_by_reason = {

@@ -148,23 +148,39 @@ def write_table(
         raise ValueError(f"unknown save mode {mode!r}; expected one of {sorted(_SAVE_MODES)}")
     if (txn_app_id is None) != (txn_version is None):
         raise ValueError("txn_app_id and txn_version must be given together")
-    spark = df.sparkSession
-    if storage_mode(spark) == EMBEDDED and save_mode in ("errorifexists", "ignore"):
-        # Python data sources only support append/overwrite: apply Spark's rule here.
-        if table_exists(spark, path):
-            if save_mode == "ignore":
-                return
-            raise FileExistsError(
-                f"Delta table already exists at {path} (mode 'errorifexists'); "
-                "use mode 'overwrite' or 'append'."
-            )
-        save_mode = "append"
-    writer = df.write.format("delta").mode(save_mode)
+    options: dict[str, str] = {}
     if txn_app_id is not None and txn_version is not None:
-        writer = writer.option("txnAppId", txn_app_id).option("txnVersion", str(txn_version))
+        options.update(txnAppId=txn_app_id, txnVersion=str(txn_version))
     if overwrite_schema:
-        writer = writer.option("overwriteSchema", "true")
+        options["overwriteSchema"] = "true"
+    spark = df.sparkSession
+    if storage_mode(spark) == EMBEDDED:
+        if save_mode in ("errorifexists", "ignore"):
+            # Python data sources only take append/overwrite: apply Spark's rule here.
+            if table_exists(spark, path):
+                if save_mode == "ignore":
+                    return
+                raise FileExistsError(
+                    f"Delta table already exists at {path} (mode 'errorifexists'); "
+                    "use mode 'overwrite' or 'append'."
+                )
+            save_mode = "append"
+        if _embedded_preflight_skips(df, path, save_mode == "overwrite", options):
+            return
+    writer = df.write.format("delta").mode(save_mode)
+    for key, value in options.items():
+        writer = writer.option(key, value)
     writer.save(path)
+
+
+def _embedded_preflight_skips(
+    df: DataFrame, path: str, overwrite: bool, options: dict[str, str]
+) -> bool:
+    """Run the embedded writer's driver checks before any task: raises the plain error
+    (schema mismatch, unsupported table) and says whether the txn rule skips the write."""
+    from pelengine.spark.delta_source import DeltaWriter, normalize_table_uri
+
+    return DeltaWriter(normalize_table_uri(path), df.schema, overwrite, options).skip
 
 
 # --------------------------------------------------------------------------- table facts

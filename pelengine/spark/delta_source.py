@@ -60,11 +60,13 @@ class DeltaStorageError(RuntimeError):
 
 
 def normalize_table_uri(path: str) -> str:
-    """Absolute local path, or the URI unchanged when it has a scheme."""
-    if "://" in path:
-        return path.rstrip("/")
-    if path.startswith("file:"):
+    """Absolute local path for local/``file:`` paths, other URIs unchanged."""
+    if path.startswith("file://"):
+        path = path[len("file://") :]
+    elif path.startswith("file:"):
         path = path[len("file:") :]
+    elif "://" in path:
+        return path.rstrip("/")
     return os.path.abspath(path)
 
 

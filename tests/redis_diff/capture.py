@@ -96,6 +96,9 @@ class Recorder:
     client_name: str | None = None
     records: list[Record] = field(default_factory=list)
     max_span_ms: int = 0
+    # "replace": an XADD '*' is logged with the generated ID (a capture that knows it);
+    # "keep": logged as '*' whenever ts_ms determines the ID (the engine must generate it).
+    star_mode: str = "replace"
 
     def __post_init__(self) -> None:
         if self.client_name is None:
@@ -121,8 +124,14 @@ class Recorder:
             error = str(reply)
             reply = None
         recorded = list(sent)
+        t_before, t_after = time_ms(before), time_ms(after)
         if star_index is not None and error is None and isinstance(reply, str):
-            recorded[star_index] = reply  # the generated ID, as a capture that knows it writes it
+            generated_ms = int(reply.split("-", 1)[0])
+            # Keep '*' only where a replay from ts_ms must generate the same ID: the
+            # clock did not tick during the command, or the ID came from last_id.
+            unambiguous = t_before == t_after or generated_ms > t_after
+            if self.star_mode == "replace" or not unambiguous:
+                recorded[star_index] = reply  # the generated ID, as a capture that knows it
         record = Record(
             seq=self.counter.next(),
             db=self.db,
@@ -131,8 +140,8 @@ class Recorder:
             argv=recorded,
             reply=reply,
             error=error,
-            ts_ms=time_ms(before),
-            ts_after_ms=time_ms(after),
+            ts_ms=t_before,
+            ts_after_ms=t_after,
             note=note,
         )
         self.max_span_ms = max(self.max_span_ms, record.ts_after_ms - record.ts_ms)

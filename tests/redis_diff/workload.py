@@ -810,6 +810,7 @@ def run_workload(
     *,
     allow_flushdb: bool = True,
     checkpoint_every: int | None = None,
+    star_mode: str = "replace",
     max_attempts: int = 4,
 ) -> WorkloadResult:
     """Run one seed on ``db`` (emptied first, unlogged) and return the recorded commands.
@@ -830,7 +831,7 @@ def run_workload(
         client = server.client(db)
         try:
             client.execute_command("FLUSHDB")
-            recorder = Recorder(client=client, db=db, counter=counter)
+            recorder = Recorder(client=client, db=db, counter=counter, star_mode=star_mode)
             workload = Workload(
                 recorder,
                 seed,

@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 )
 
 from pelengine import storage
-from pelengine.spark.delta_source import DeltaDataSource, schema_differences
+from pelengine.spark.delta_source import DeltaDataSource, DeltaStorageError, schema_differences
 from tests.storage.delta_fixtures import write_dv_column_mapping_table
 
 pytestmark = pytest.mark.spark
@@ -237,6 +237,8 @@ def test_error_and_ignore_modes(spark: SparkSession, tmp_path: Path) -> None:
     assert _versions(Path(path)) == [0]
     storage.write_table(_df(spark, ROWS[1:2], 1), str(tmp_path / "new"), "ignore")
     assert storage.table_version(spark, str(tmp_path / "new")) == 0
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        _df(spark, ROWS[:1], 1).write.format("delta").save(path)  # Spark's default mode
     with pytest.raises(ValueError, match="unknown save mode"):
         storage.write_table(_df(spark, ROWS[:1], 1), path, "upsert")
 
@@ -247,11 +249,13 @@ def test_overwrite_with_new_schema_needs_overwrite_schema(
     path = str(tmp_path / "t")
     storage.write_table(_df(spark, ROWS[:2], 1), path)
     other = spark.createDataFrame([("k", 1.0)], "key string, value double")
-    with pytest.raises(Exception, match="Schema mismatch on overwrite") as err:
+    with pytest.raises(DeltaStorageError, match="Schema mismatch on overwrite") as err:
         storage.write_table(other, path)
     assert "Set option overwriteSchema=true" in str(err.value)
-    with pytest.raises(Exception, match="Schema mismatch on append"):
+    with pytest.raises(DeltaStorageError, match="Schema mismatch on append"):
         storage.write_table(other, path, "append")
+    with pytest.raises(Exception, match="Schema mismatch on overwrite"):  # job-code form
+        other.write.format("delta").mode("overwrite").save(path)
     assert _versions(Path(path)) == [0]
 
     storage.write_table(other, path, overwrite_schema=True)
@@ -294,6 +298,9 @@ def test_txn_app_id_and_version_skip_reruns(spark: SparkSession, tmp_path: Path)
     direct = df.write.format("delta").mode("append").option("txnAppId", "job")
     direct.option("txnVersion", "2").save(path)  # plain job-code form is honoured too
     assert storage.table_version(spark, path) == 2
+    direct.option("txnVersion", "3").save(path)
+    assert storage.table_version(spark, path) == 3
+    assert DeltaTable(path).transaction_version("job") == 3
 
 
 @pytest.mark.filterwarnings("ignore:Cannot infer the eval type")
@@ -349,7 +356,7 @@ def test_deletion_vectors_and_column_mapping_read_through_delta_rs(
     assert_df_equality(df, expected, ignore_row_order=True)
     assert not any(f.metadata for f in df.schema.fields)  # physical names not leaked
 
-    with pytest.raises(Exception, match="uses column mapping; the embedded delta-rs writer"):
+    with pytest.raises(DeltaStorageError, match="uses column mapping; the embedded delta-rs"):
         storage.write_table(expected, path, "append")
     assert _versions(Path(path)) == [0]
 
