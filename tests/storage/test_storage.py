@@ -119,6 +119,51 @@ def test_guard_probe_without_jvm_is_unknown() -> None:
     assert storage.probe_jvm_delta(ConnectLike()) is None  # type: ignore[arg-type]
 
 
+class _FakeConf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class _FakeNativeSpark:
+    """Just enough of a session with native Delta for the DESCRIBE HISTORY path."""
+
+    def __init__(self, versions: dict[str, int]) -> None:
+        self.conf = _FakeConf({storage.MODE_CONF: "native"})
+        self.versions = versions
+        self.queries: list[str] = []
+
+    def sql(self, query: str) -> Any:
+        from pyspark.errors import AnalysisException
+
+        self.queries.append(query)
+        path = query.split("delta.`", 1)[1].rsplit("`", 1)[0].replace("``", "`")
+        if path not in self.versions:
+            raise AnalysisException(f"`{path}` is not a Delta table.")
+        version = self.versions[path]
+
+        class Result:
+            def collect(self) -> list[dict[str, int]]:
+                return [{"version": version}]
+
+        return Result()
+
+
+def test_native_table_version_uses_describe_history() -> None:
+    fake = _FakeNativeSpark({"/data/odd`name": 7})
+    spark: Any = fake
+    assert storage.install_storage(spark) == "native"  # already chosen: idempotent
+    assert storage.table_version(spark, "/data/odd`name") == 7
+    assert fake.queries == ["DESCRIBE HISTORY delta.`/data/odd``name` LIMIT 1"]
+    assert storage.table_version(spark, "/data/none") is None
+    assert not storage.table_exists(spark, "/data/none")
+
+
 def test_spark_refuses_registration_over_an_existing_source(spark: SparkSession) -> None:
     """Spark itself refuses a Python source named like a JVM one; the guard reads that as native."""
 
@@ -183,19 +228,13 @@ def test_append_and_overwrite(spark: SparkSession, tmp_path: Path) -> None:
     storage.write_table(_df(spark, ROWS[:2], 1), path)
     storage.write_table(_df(spark, ROWS[2:4], 2), path, "append")
     assert storage.read_table(spark, path).count() == 4
+    old = spark.read.format("delta").option("versionAsOf", 0).load(path)
+    assert sorted(r.id for r in old.collect()) == [1, 2]
     storage.write_table(_df(spark, ROWS[4:], 1), path, "overwrite")
     assert _versions(Path(path)) == [0, 1, 2]
     ids = sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist())
     assert ids == [5, 6]
     assert_df_equality(storage.read_table(spark, path), _df(spark, ROWS[4:]), ignore_row_order=True)
-
-
-def test_read_version_as_of(spark: SparkSession, tmp_path: Path) -> None:
-    path = str(tmp_path / "t")
-    storage.write_table(_df(spark, ROWS[:2], 1), path)
-    storage.write_table(_df(spark, ROWS[2:], 1), path, "append")
-    old = spark.read.format("delta").option("versionAsOf", 0).load(path)
-    assert sorted(r.id for r in old.collect()) == [1, 2]
 
 
 def test_empty_dataframe_creates_table_with_schema(spark: SparkSession, tmp_path: Path) -> None:
