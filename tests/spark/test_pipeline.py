@@ -1,0 +1,229 @@
+"""The Spark pipeline: plan shape, order guard, and equality with a single pure replay.
+
+The model's correctness is proven against a real Redis elsewhere
+(tests/redis_diff); here the question is whether routing, fan-out, the shuffle
+and the grouped UDF give exactly what one model replaying every event in seq
+order gives.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from pelengine.generate import generate_events
+from pelengine.model import Replayer
+from pelengine.pipeline import ReconstructOptions, reconstruct, replay_stage
+from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, TABLE_COLUMNS, table_schema
+from pelengine.spark.udf import SeqOrderError, make_replay_function
+
+pytestmark = pytest.mark.spark
+
+EXTRA = [  # cross-key commands the generator does not produce
+    (["XADD", "r:a", "1-1", "f", "v"], 0),
+    (["XADD", "r:b", "1-1", "f", "v"], 0),
+    (["XGROUP", "CREATE", "r:a", "g", "0"], 0),
+    (["XGROUP", "CREATE", "r:b", "g", "0"], 0),
+    (["XREADGROUP", "GROUP", "g", "c1", "COUNT", "1", "STREAMS", "r:a", "r:b", ">", ">"], 0),
+    (["XREADGROUP", "GROUP", "g", "c1", "STREAMS", "r:a", "r:missing", ">", ">"], 0),
+    (["RENAME", "r:a", "r:c"], 0),
+    (["RENAMENX", "r:b", "r:c"], 0),
+    (["XADD", "f:x", "1-1", "f", "v"], 5),
+    (["XGROUP", "CREATE", "f:x", "g", "0"], 5),
+    (["XREADGROUP", "GROUP", "g", "c", "STREAMS", "f:x", ">"], 5),
+    (["FLUSHDB"], 5),
+    (["FLUSHDB"], 6),
+    (["DEL", "r:b", "nothing"], 0),
+]
+
+
+def _workload() -> list[dict[str, Any]]:
+    rows = list(generate_events(3000, 12, seed=11))
+    seq = max(r["seq"] or 0 for r in rows)
+    ts = max(r["ts_ms"] or 0 for r in rows)
+    for argv, db in EXTRA:
+        seq += 1
+        ts += 3
+        rows.append(
+            {"seq": seq, "ts_ms": ts, "argv": argv, "db": db, "client": None, "source": "t"}
+        )
+    return rows
+
+
+def _valid(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows the contract keeps, by the contract's own words (not the pipeline's code)."""
+    counts = Counter(r["seq"] for r in rows)
+    keep = []
+    for r in rows:
+        argv = r["argv"]
+        if r["seq"] is None or r["ts_ms"] is None or not argv or not argv[0]:
+            continue
+        if any(a is None for a in argv) or counts[r["seq"]] > 1:
+            continue
+        keep.append(r)
+    return sorted(keep, key=lambda r: r["seq"])
+
+
+def _expected(spark: SparkSession, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    replayer = Replayer("7.0")
+    changes = []
+    for r in rows:
+        replayer.apply(r["seq"], r["ts_ms"], r["argv"], r["db"] or 0, r["client"])
+        changes.extend(replayer.drain_changes())
+    as_of_ms = max(r["ts_ms"] for r in rows)
+    as_of_seq = max(r["seq"] for r in rows)
+    tables = replayer.snapshot(as_of_ms, as_of_seq)
+    for row in changes:
+        row.update(as_of_ms=as_of_ms, as_of_seq=as_of_seq)
+    tables["ownership_changes"] = changes
+    return {
+        name: spark.createDataFrame(
+            [{c: row.get(c) for c in TABLE_COLUMNS[name]} for row in tables[name]],
+            table_schema(name),
+        )
+        for name in OUTPUT_TABLES
+    } | {"_counters": replayer.counters}
+
+
+@pytest.fixture(scope="module")
+def workload() -> list[dict[str, Any]]:
+    return _workload()
+
+
+@pytest.fixture(scope="module")
+def job(spark: SparkSession, workload: list[dict[str, Any]]) -> Any:
+    events = spark.createDataFrame(workload, EVENTS_SCHEMA)
+    result = reconstruct(spark, events, ReconstructOptions(profile="7.0"))
+    yield result
+    result.unpersist()
+
+
+@pytest.mark.parametrize("table", OUTPUT_TABLES)
+def test_job_equals_one_replay_in_seq_order(
+    spark: SparkSession, workload: list[dict[str, Any]], job: Any, table: str
+) -> None:
+    expected = _expected(spark, _valid(workload))
+    assert expected[table].count() > 0, f"the workload leaves {table} empty: test is too weak"
+    assert_df_equality(
+        job.tables[table], expected[table], ignore_row_order=True, ignore_nullable=True
+    )
+
+
+def test_report_counts_every_valid_event_once(workload: list[dict[str, Any]], job: Any) -> None:
+    valid = _valid(workload)
+    events = job.report["events"]
+    assert events["valid"] == len(valid)
+    assert events["applied"] + events["ignored"] + events["failed"] == len(valid)
+    assert sum(events["by_command"].values()) == len(valid)
+
+
+def test_rejected_rows_keep_their_reason(workload: list[dict[str, Any]], job: Any) -> None:
+    rejected = job.rejected.collect()
+    assert len(rejected) == len(workload) - len(_valid(workload))
+    assert rejected, "the generated workload should contain bad rows"
+    assert all(r["reason"] for r in rejected)
+
+
+def test_identical_duplicate_rows_keep_one(spark: SparkSession) -> None:
+    row = {"seq": 1, "ts_ms": 5, "argv": ["XADD", "k", "1-1", "f", "v"], "db": 0}
+    other = {"seq": 2, "ts_ms": 6, "argv": ["XADD", "k", "2-1", "f", "v"], "db": 0}
+    clash = {"seq": 2, "ts_ms": 6, "argv": ["XADD", "k", "3-1", "f", "v"], "db": 0}
+    events = spark.createDataFrame([row, row, other, clash], EVENTS_SCHEMA)
+    result = reconstruct(spark, events)
+    reasons = sorted(r["reason"] for r in result.rejected.collect())
+    assert reasons == [
+        "conflicting rows share seq (2)",
+        "conflicting rows share seq (2)",
+        "duplicate row (same seq)",
+    ]
+    streams = result.tables["streams"].collect()
+    assert [(s["key"], s["length"], s["last_generated_id"]) for s in streams] == [("k", 1, "1-1")]
+    result.unpersist()
+
+
+def test_select_sets_db_of_rows_without_one(spark: SparkSession) -> None:
+    rows = [
+        {"seq": 1, "ts_ms": 1, "argv": ["SELECT", "3"], "db": None},
+        {"seq": 2, "ts_ms": 2, "argv": ["XADD", "k", "1-1", "f", "v"], "db": None},
+        {"seq": 3, "ts_ms": 3, "argv": ["SELECT", "0"], "db": None},
+        {"seq": 4, "ts_ms": 4, "argv": ["XADD", "k", "1-1", "f", "v"], "db": None},
+        {"seq": 5, "ts_ms": 5, "argv": ["XADD", "k", "2-1", "f", "v"], "db": 7},
+    ]
+    result = reconstruct(spark, spark.createDataFrame(rows, EVENTS_SCHEMA))
+    got = sorted((r["db"], r["length"]) for r in result.tables["streams"].collect())
+    assert got == [(0, 1), (3, 1), (7, 1)]
+    result.unpersist()
+
+
+def test_as_of_stops_the_replay(spark: SparkSession) -> None:
+    rows = [
+        {"seq": 1, "ts_ms": 100, "argv": ["XADD", "k", "1-1", "f", "v"], "db": 0},
+        {"seq": 2, "ts_ms": 110, "argv": ["XGROUP", "CREATE", "k", "g", "0"], "db": 0},
+        {"seq": 3, "ts_ms": 120, "argv": ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "k", ">"]},
+        {"seq": 4, "ts_ms": 130, "argv": ["XACK", "k", "g", "1-1"], "db": 0},
+        {"seq": 5, "ts_ms": 125, "argv": ["XADD", "k", "2-1", "f", "v"], "db": 0},
+    ]
+    events = spark.createDataFrame(rows, EVENTS_SCHEMA)
+    by_ms = reconstruct(spark, events, ReconstructOptions(as_of_ms=125))
+    pel = by_ms.tables["pel"].collect()
+    assert [(p["id"], p["idle_ms"], p["as_of_ms"], p["as_of_seq"]) for p in pel] == [
+        ("1-1", 5, 125, 3)
+    ]
+    # seq 5 (ts 125) comes after seq 4 (ts 130 > as-of): the replay stopped at seq 4.
+    assert by_ms.tables["streams"].collect()[0]["length"] == 1
+    by_seq = reconstruct(spark, events, ReconstructOptions(as_of_seq=4))
+    assert by_seq.tables["pel"].count() == 0
+    assert by_seq.tables["streams"].collect()[0]["as_of_seq"] == 4
+    by_ms.unpersist()
+    by_seq.unpersist()
+
+
+def test_replay_plan_has_one_shuffle_and_one_sort_by_seq(spark: SparkSession) -> None:
+    rows = [
+        {
+            "seq": i,
+            "ts_ms": i,
+            "argv": ["XADD", f"k{i % 3}", f"{i}-1", "f", "v"],
+            "db": 0,
+            "client": None,
+            "fanout": False,
+            "family": f"k{i % 3}",
+        }
+        for i in range(1, 30)
+    ]
+    routed = spark.createDataFrame(
+        rows,
+        "seq long, ts_ms long, argv array<string>, db int, client string, "
+        "fanout boolean, family string",
+    )
+    out = replay_stage(routed, "7.0", 100, 29, 2)
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    lines = plan.splitlines()
+    exchanges = [line for line in lines if "Exchange" in line]
+    sorts = [line for line in lines if "Sort [" in line]
+    assert len(exchanges) == 1, plan
+    assert "hashpartitioning(db" in exchanges[0] and "family" in exchanges[0], plan
+    assert len(sorts) == 1, plan
+    assert "seq" in sorts[0], plan
+    assert out.filter("table = 'streams'").count() == 3
+
+
+def test_replay_refuses_seq_going_backwards() -> None:
+    replay = make_replay_function("7.0", 0, 0)
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "seq": [1, 3, 2],
+            "ts_ms": [1, 2, 3],
+            "argv": [["XADD", "k", "1-1", "f", "v"], ["XLEN", "k"], ["XLEN", "k"]],
+            "db": [0, 0, 0],
+            "client": [None, None, None],
+            "fanout": [False, False, False],
+        }
+    )
+    with pytest.raises(SeqOrderError, match="seq 2 after 3"):
+        list(replay((pa.scalar(0), pa.scalar("k")), iter([batch])))
