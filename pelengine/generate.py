@@ -276,19 +276,24 @@ class _Workload:
         )
         self.emitted += 1
 
-    def step(self) -> None:
-        """Advance the clock and emit the rows of one step (usually one row)."""
-        self.now += self.dt_table[int(self.rnd() * len(self.dt_table))]
+    def run(self, n_steps: int) -> None:
+        """Run `n_steps` steps: advance the clock, emit one step's rows (usually one)."""
+        rnd = self.rnd
+        dts = self.dt_table
+        n_dts = len(dts)
+        table = self.step_table
+        n_table = len(table)
         plan = self.plan
-        if plan and self.emitted >= plan[-1][0]:
-            kind = plan.pop()[1]
-            if self.rare(kind):
-                return
-        if self.missing and self.rnd() < 0.15:
-            self.step_group_create()
-            return
-        if not self.step_table[int(self.rnd() * len(self.step_table))]():
-            self.step_xadd()
+        missing = self.missing
+        xadd = self.step_xadd
+        for _ in range(n_steps):
+            self.now += dts[int(rnd() * n_dts)]
+            if plan and self.emitted >= plan[-1][0] and self.rare(plan.pop()[1]):
+                continue
+            if missing and rnd() < 0.15:
+                self.step_group_create()
+            elif not table[int(rnd() * n_table)]():
+                xadd()
 
     # ---- picking -----------------------------------------------------------
 
@@ -299,9 +304,11 @@ class _Workload:
         return self.key_table[int(self.rnd() * len(self.key_table))]
 
     def pick_group(self) -> _Group | None:
-        k = self.pick_key()
+        rnd = self.rnd
+        k = self.key_table[int(rnd() * len(self.key_table))]
         if k.groups:
-            return self.pick(list(k.groups.values()))
+            groups = list(k.groups.values())
+            return groups[int(rnd() * len(groups))]
         if self.pairs:
             return self.pick(self.pairs)
         return None
@@ -342,7 +349,18 @@ class _Workload:
             argv += ["MINID", _fmt(minid)]
         argv.append(f"{sid[0]}-*" if 0.97 < r < 0.98 else f"{sid[0]}-{sid[1]}")
         argv += ["kind", EVENT_KINDS[adds % len(EVENT_KINDS)], "n", str(adds)]
-        self.emit(argv, k.db, k.producer)
+        self.seq += 1
+        self.emitted += 1
+        self.out.append(
+            {
+                "seq": self.seq,
+                "ts_ms": now,
+                "argv": argv,
+                "db": k.db,
+                "client": k.producer,
+                "source": SOURCE,
+            }
+        )
         if nomkstream and not k.exists:
             return True
         k.exists = True
@@ -406,8 +424,19 @@ class _Workload:
         argv.append("STREAMS")
         argv += [kk.name for kk in keys]
         argv += [">"] * len(keys)
-        self.emit(argv, k.db, w.client)
         now = self.now
+        self.seq += 1
+        self.emitted += 1
+        self.out.append(
+            {
+                "seq": self.seq,
+                "ts_ms": now,
+                "argv": argv,
+                "db": k.db,
+                "client": w.client,
+                "source": SOURCE,
+            }
+        )
         for gg in groups:
             entries = gg.key.entries
             i = bisect_right(entries, gg.last_id)
@@ -481,7 +510,18 @@ class _Workload:
                 del ids[int(self.rnd() * len(ids))]
             argv = ["XACK", g.key.name, g.name]
             argv += [f"{s[0]}-{s[1]}" for s in ids]
-            self.emit(argv, g.key.db, w.client)
+            self.seq += 1
+            self.emitted += 1
+            self.out.append(
+                {
+                    "seq": self.seq,
+                    "ts_ms": self.now,
+                    "argv": argv,
+                    "db": g.key.db,
+                    "client": w.client,
+                    "source": SOURCE,
+                }
+            )
             pel = g.pel
             for sid in ids:
                 pel.pop(sid, None)
@@ -925,11 +965,8 @@ def generate_events(
         raise ValueError(f"n_keys must be >= 1, got {n_keys}")
     w = _Workload(n_events, n_keys, seed, start_ms, faults)
     out = w.out
-    step = w.step
     while w.emitted < n_events:
-        # steps in batches: yielding row by row from a one-row list costs more
-        for _ in range(256):
-            step()
+        w.run(256)  # in batches: yielding from a one-row list per step costs more
         if w.emitted >= n_events:
             del out[len(out) - (w.emitted - n_events) :]
         yield from out
