@@ -1,0 +1,116 @@
+"""The Spark job against the real server: many seeded workloads through ``reconstruct``.
+
+Every seed runs on its own db of one ``redis-server`` 7.0 (``--databases 32``), one
+after the other, so the recorded rows of all seeds form ONE events table with
+``seq`` in execution order (no ``FLUSHALL``; a seed's ``FLUSHDB`` only touches its
+db). The job replays it once with ``ReconstructOptions(profile="7.0")``; every
+table is collected and compared with the server's state read at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from tests.redis_diff.capture import SeqCounter, dump_records
+from tests.redis_diff.compare import compare_tables, format_mismatches
+from tests.redis_diff.harness import STREAM_WRITES, history, pending_delivery_counts
+from tests.redis_diff.server import DATABASES, RedisServer
+from tests.redis_diff.truth import TABLES, read_truth
+from tests.redis_diff.workload import run_workload
+
+pytestmark = [pytest.mark.redis, pytest.mark.spark]
+
+N_SEEDS = int(os.environ.get("PELENGINE_JOB_SEEDS", "24"))
+COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_DIFF_COMMANDS", "2000"))
+FIRST_SEED = 101  # different workloads from the model test's seeds
+
+
+def events_schema() -> Any:
+    """The input contract of events.md, spelled out here (not imported from the job)."""
+    from pyspark.sql.types import (
+        ArrayType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    return StructType(
+        [
+            StructField("seq", LongType(), False),
+            StructField("ts_ms", LongType(), False),
+            StructField("argv", ArrayType(StringType(), False), False),
+            StructField("db", IntegerType(), True),
+            StructField("client", StringType(), True),
+            StructField("source", StringType(), True),
+        ]
+    )
+
+
+def collect_tables(result: Any) -> dict[str, list[dict[str, Any]]]:
+    tables = result.tables if hasattr(result, "tables") else result
+    return {name: [row.asDict() for row in df.collect()] for name, df in tables.items()}
+
+
+def test_job_matches_redis_7_0(fresh_redis_server: RedisServer, spark: Any, tmp_path) -> None:
+    from pelengine.pipeline import ReconstructOptions, reconstruct
+
+    assert N_SEEDS <= DATABASES
+    counter = SeqCounter(1)
+    t0 = time.perf_counter()
+    results = [
+        run_workload(fresh_redis_server, FIRST_SEED + i, COMMANDS_PER_SEED, db=i, counter=counter)
+        for i in range(N_SEEDS)
+    ]
+    records = [r for res in results for r in res.records]
+    truth = read_truth(fresh_redis_server)
+    t_workload = time.perf_counter() - t0
+    assert len(records) == N_SEEDS * COMMANDS_PER_SEED
+    assert [r.seq for r in records] == sorted({r.seq for r in records})  # unique, in order
+
+    events = spark.createDataFrame([r.row() for r in records], events_schema())
+    t1 = time.perf_counter()
+    result = reconstruct(spark, events, ReconstructOptions(profile="7.0"))
+    got = collect_tables(result)
+    t_job = time.perf_counter() - t1
+
+    problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
+    report = getattr(result, "report", {}) or {}
+    failed = (report.get("events") or {}).get("failed")
+    expected_failed = sum(
+        1
+        for r in records
+        if r.error is not None
+        and r.argv[0].upper() in STREAM_WRITES
+        and not (r.argv[0].upper() in ("RENAME", "RENAMENX") and r.error == "no such key")
+    )
+    rows = sum(len(truth[t]) for t in TABLES)
+    summary = (
+        f"job: {N_SEEDS} seeds x {COMMANDS_PER_SEED} commands = {len(records)} events in "
+        f"{N_SEEDS} dbs ({sum(r.error is not None for r in records)} rejected by the server), "
+        f"{rows} truth rows, workload {t_workload:.1f}s, job {t_job:.1f}s, "
+        f"failed per job report {failed} (server-rejected stream writes {expected_failed}), "
+        f"mismatches {len(problems)}"
+    )
+    print(summary)
+    if failed is not None and failed != expected_failed:
+        problems_text = (
+            f"\nreport failed={failed} != server-rejected stream writes {expected_failed}"
+        )
+    else:
+        problems_text = ""
+    if problems or problems_text:
+        dumped = dump_records(records, tmp_path / "job-events.jsonl", {"summary": summary})
+        lines = [summary + problems_text, format_mismatches(problems, 20)]
+        if problems and len(problems[0].key) >= 2:
+            db, key = problems[0].key[0], problems[0].key[1]
+            seed = FIRST_SEED + int(db)
+            lines.append(f"first mismatch is in seed {seed} (db {db}); its commands on {key!r}:")
+            lines += ["  " + h for h in history(records, db, key, records[-1].seq)]
+        lines.append(f"events: {dumped}")
+        pytest.fail("\n".join(lines), pytrace=False)
