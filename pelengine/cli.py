@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dir", metavar="DIR", help="demo directory (default: conf demo.dir)")
     _add_sizes(demo)
     _add_profile(demo)
+    for name, subparser in sub.choices.items():
+        subparser.set_defaults(usage=subparser.format_usage, command=name)
     return parser
 
 
@@ -261,8 +263,8 @@ def run(
         validate(args)
         conf = load_config(args.conf)
     except (UsageError, ConfigError) as exc:
-        parser.print_usage(sys.stderr)
-        print(f"pelengine: error: {exc}", file=sys.stderr)
+        print(args.usage(), end="", file=sys.stderr)
+        print(f"pelengine {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     own_session = spark is None
     try:
