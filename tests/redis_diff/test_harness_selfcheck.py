@@ -1,0 +1,255 @@
+"""The proof's own proof: the harness sees divergences, reads the server right, covers the contract.
+
+A differential test that passes because it compares nothing would be worse than
+none. These tests tamper with a correct log and require the comparison to fail,
+check the truth reader on a small state, check the comparator's rules, and check
+that a seeded workload really sends every command of events.md.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import pytest
+
+from tests.redis_diff import server as server_mod
+from tests.redis_diff.capture import Record
+from tests.redis_diff.compare import compare_table, compare_tables
+from tests.redis_diff.harness import check_model
+from tests.redis_diff.server import RedisServer, RedisServerMissingError
+from tests.redis_diff.truth import read_truth
+from tests.redis_diff.workload import run_workload
+
+pytestmark = pytest.mark.redis
+
+
+# ---- the fixture fails (never skips) without a server binary ------------------------------
+
+
+def test_missing_redis_server_fails_the_fixture(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(server_mod.REDIS_SERVER_ENV, "/nonexistent/redis-server")
+    with pytest.raises(RedisServerMissingError):
+        server_mod.find_binary()
+    with pytest.raises(pytest.fail.Exception, match="redis-server is not installed"):
+        next(server_mod._server_or_fail())
+
+
+# ---- the comparator ---------------------------------------------------------------------
+
+
+def _pel(**over: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "db": 0,
+        "key": "s",
+        "group": "g",
+        "id": "1-1",
+        "id_ms": 1,
+        "id_seq": 1,
+        "consumer": "c",
+        "delivery_time_ms": 1000,
+        "delivery_count": 1,
+        "entry_exists": True,
+    }
+    row.update(over)
+    return row
+
+
+def test_comparator_rules() -> None:
+    same = compare_table("pel", [_pel()], [_pel(idle_ms=5, as_of_ms=9, extra_column="x")])
+    assert same == []
+    assert compare_table("pel", [_pel()], [_pel(delivery_time_ms=1002)]) == []
+    assert len(compare_table("pel", [_pel()], [_pel(delivery_time_ms=1003)])) == 1
+    assert len(compare_table("pel", [_pel()], [_pel(delivery_count=2)])) == 1
+    assert len(compare_table("pel", [_pel()], [_pel(entry_exists=1)])) == 1  # bool, not int
+    assert len(compare_table("pel", [_pel()], [_pel(consumer=None)])) == 1
+    assert len(compare_table("pel", [_pel()], [])) == 1  # missing row
+    assert len(compare_table("pel", [], [_pel()])) == 1  # extra row
+    assert len(compare_table("pel", [_pel()], [_pel(), _pel()])) == 1  # duplicate
+    missing_column = _pel()
+    del missing_column["entry_exists"]
+    assert len(compare_table("pel", [_pel()], [missing_column])) == 1
+    assert compare_table("pel", [_pel()], [_pel(db=None)]) == []  # null db is db 0
+    assert len(compare_tables({"pel": [_pel()]}, {}, tables=("pel",))) == 1
+
+
+# ---- the truth reader -------------------------------------------------------------------
+
+
+def test_truth_reader_on_a_small_state(clean_redis: RedisServer) -> None:
+    c = clean_redis.client(2)
+    for argv in [
+        "XADD s 1-1 f v",
+        "XADD s 2-1 f v",
+        "XADD s 3-1 f v",
+        "XGROUP CREATE s g 0",
+        "XGROUP CREATE s h $",
+        "XREADGROUP GROUP g c1 COUNT 2 STREAMS s >",
+        "XGROUP CREATECONSUMER s g idle",
+        "XDEL s 1-1",
+        "XADD t 1-1 f v",
+        "XDEL t 1-1",
+        "SET str x",
+    ]:
+        c.execute_command(*argv.split())
+    c.close()
+    truth = read_truth(clean_redis)
+    streams = {r["key"]: r for r in truth["streams"]}
+    assert set(streams) == {"s", "t"}  # the string key is not a stream
+    assert all(r["db"] == 2 for rows in truth.values() for r in rows)
+    assert streams["s"]["length"] == 2
+    assert streams["s"]["first_entry_id"] == "2-1"
+    assert streams["s"]["last_entry_id"] == "3-1"
+    assert streams["s"]["max_deleted_entry_id"] == "1-1"
+    assert streams["s"]["groups"] == 2
+    assert streams["t"]["length"] == 0
+    assert streams["t"]["first_entry_id"] is None and streams["t"]["last_entry_id"] is None
+    pel = {r["id"]: r for r in truth["pel"]}
+    assert set(pel) == {"1-1", "2-1"}
+    assert pel["1-1"]["entry_exists"] is False and pel["2-1"]["entry_exists"] is True
+    assert (pel["2-1"]["id_ms"], pel["2-1"]["id_seq"], pel["2-1"]["consumer"]) == (2, 1, "c1")
+    own = {r["consumer"]: r for r in truth["ownership"]}
+    assert own["c1"]["pending"] == 2 and own["c1"]["oldest_pending_id"] == "1-1"
+    assert own["c1"]["max_delivery_count"] == 1
+    assert own["c1"]["earliest_delivery_time_ms"] == min(
+        p["delivery_time_ms"] for p in truth["pel"]
+    )
+    assert own["idle"]["pending"] == 0 and own["idle"]["oldest_pending_id"] is None
+    assert all(r["active_time_ms"] is None for r in truth["ownership"])
+    groups = {r["group"]: r for r in truth["groups"]}
+    assert groups["g"]["last_delivered_id"] == "2-1" and groups["g"]["pending"] == 2
+    assert groups["g"]["consumers"] == 2
+
+
+# ---- the workload covers the contract ------------------------------------------------------
+
+EVENTS_MD_COMMANDS = {
+    "XADD",
+    "XREADGROUP",
+    "XCLAIM",
+    "XAUTOCLAIM",
+    "XACK",
+    "XDEL",
+    "XTRIM",
+    "XGROUP CREATE",
+    "XGROUP SETID",
+    "XGROUP DESTROY",
+    "XGROUP CREATECONSUMER",
+    "XGROUP DELCONSUMER",
+    "XSETID",
+    "DEL",
+    "UNLINK",
+    "RENAME",
+    "RENAMENX",
+    "FLUSHDB",
+    "SET",
+    "GET",
+    "XLEN",
+    "XPENDING",
+    "XINFO",
+}
+
+
+def _name(r: Record) -> str:
+    name = r.argv[0].upper()
+    return f"{name} {r.argv[1].upper()}" if name == "XGROUP" and len(r.argv) > 1 else name
+
+
+def test_workload_sends_every_command_valid_and_invalid(clean_redis: RedisServer) -> None:
+    result = run_workload(clean_redis, 4242, 2000, db=9)
+    records = result.records
+    ok = Counter(_name(r) for r in records if r.error is None)
+    failed = Counter(_name(r) for r in records if r.error is not None)
+    assert set(ok) >= EVENTS_MD_COMMANDS, EVENTS_MD_COMMANDS - set(ok)
+    for name in ("XADD", "XREADGROUP", "XCLAIM", "XAUTOCLAIM", "XACK", "XGROUP CREATE"):
+        assert failed[name] > 0, f"no rejected {name}"
+    errors = " | ".join(r.error or "" for r in records)
+    for kind in ("WRONGTYPE", "NOGROUP", "wrong number of arguments", "equal or smaller"):
+        assert kind in errors, kind
+    upper = [[a.upper() for a in r.argv] for r in records]
+    for option in ("NOACK", "BLOCK", "FORCE", "JUSTID", "LASTID", "RETRYCOUNT", "IDLE", "TIME"):
+        assert any(option in argv[1:] for argv in upper), option
+    for option in ("MAXLEN", "MINID", "NOMKSTREAM", "MKSTREAM", "ENTRIESREAD", "ENTRIESADDED"):
+        assert any(option in argv[1:] for argv in upper), option
+    assert all(r.db == 9 and r.client for r in records)
+    assert all(r.ts_ms <= r.ts_after_ms for r in records)
+    assert [r.seq for r in records] == list(range(1, len(records) + 1))
+    # XADD '*' is logged with the ID the server generated
+    stars = [r for r in records if r.sent != r.argv]
+    assert stars and all(r.sent[0].upper() == "XADD" and "*" in r.sent for r in stars)
+    assert all(r.reply in r.argv for r in stars)
+
+
+# ---- the comparison fails on a tampered log ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_run(redis_server: RedisServer) -> tuple[list[Record], dict, list]:
+    redis_server.flushall()
+    result = run_workload(redis_server, 77, 800, db=0, checkpoint_every=100)
+    truth = read_truth(redis_server, [0])
+    return result.records, truth, result.checkpoints
+
+
+def _first(records: list[Record], pred) -> int:  # noqa: ANN001
+    return next(i for i, r in enumerate(records) if pred(r))
+
+
+def test_untampered_log_matches(small_run) -> None:  # noqa: ANN001
+    records, truth, checkpoints = small_run
+    verdict = check_model("untampered", records, truth, checkpoints)
+    assert verdict.ok, verdict.report()
+    assert verdict.rows_compared > 50
+
+
+def _delivering_read(r: Record) -> bool:
+    return (
+        r.argv[0].upper() == "XREADGROUP"
+        and r.error is None
+        and bool(r.reply)
+        and "NOACK" not in [a.upper() for a in r.argv]
+        and any(item[1] for item in r.reply)
+    )
+
+
+def _lose_acks(rs: list[Record]) -> None:
+    rs[:] = [r for r in rs if not (r.argv[0].upper() == "XACK" and r.reply)]
+
+
+def _other_consumer(rs: list[Record]) -> None:
+    rs[_first(rs, _delivering_read)].argv[3] = "intruder"
+
+
+def _late_clock(rs: list[Record]) -> None:
+    for r in rs:
+        r.ts_ms += 5
+
+
+def _other_db(rs: list[Record]) -> None:
+    rs[_first(rs, lambda r: r.argv[0].upper() == "XADD" and r.error is None)].db = 1
+
+
+def _rejected_made_valid(rs: list[Record]) -> None:
+    r = rs[_first(rs, lambda r: r.argv[0].upper() == "XADD" and "smaller" in (r.error or ""))]
+    r.argv = ["XADD", r.argv[1], "*", "f", "v"]
+
+
+TAMPERINGS = {
+    "acknowledgements are lost": _lose_acks,
+    "a delivery goes to another consumer": _other_consumer,
+    "every time is 5 ms late": _late_clock,
+    "a command lands in another db": _other_db,
+    "a rejected command is made valid": _rejected_made_valid,
+}
+
+
+@pytest.mark.parametrize("tamper", list(TAMPERINGS), ids=list(TAMPERINGS))
+def test_tampered_log_is_caught(small_run, tamper: str) -> None:  # noqa: ANN001
+    records, truth, checkpoints = small_run
+    tampered = copy.deepcopy(records)
+    try:
+        TAMPERINGS[tamper](tampered)
+    except StopIteration:
+        pytest.fail(f"seed 77 has no command to tamper with for {tamper!r}")
+    verdict = check_model(tamper, tampered, truth, checkpoints)
+    assert not verdict.ok, f"{tamper}: the comparison did not notice"
