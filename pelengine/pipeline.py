@@ -4,7 +4,8 @@ Steps (each reported through ``progress``):
 
 1. validate  — rows that are not commands go to ``rejected_events`` with a reason;
 2. resolve   — rows without ``db`` take it from the latest ``SELECT`` before them;
-3. cut       — ``as_of_seq`` / ``as_of_ms`` stop the replay at a point in time;
+3. cut       — ``as_of_seq`` / ``as_of_ms`` stop the replay at a point in time; under
+               the 7.2+ profile the commands of one MULTI/EXEC share one "now";
 4. route     — every command gets the families of stream keys it touches (keys
                tied by RENAME or a multi-stream XREADGROUP share one family;
                FLUSHDB/FLUSHALL reach every family of their db / of all dbs);
@@ -158,6 +159,33 @@ def resolve_db(spark: SparkSession, valid: DataFrame) -> DataFrame:
     )
 
 
+def unit_time(valid: DataFrame) -> DataFrame:
+    """7.2+: commands of one MULTI/EXEC share one "now", the time of the unit's first command.
+
+    A unit is what one client (``client``; null for an AOF's single stream)
+    sends between MULTI and EXEC/DISCARD, in ``seq`` order.
+    """
+    name = F.upper(F.col("argv")[0])
+    if valid.filter(name == "MULTI").limit(1).count() == 0:
+        return valid
+    by_client = Window.partitionBy(F.coalesce(F.col("client"), F.lit(""))).orderBy("seq")
+    upto = by_client.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    opened = F.last(F.when(name == "MULTI", F.col("seq")), ignorenulls=True).over(upto)
+    closed = F.last(F.when(name.isin("EXEC", "DISCARD"), F.col("seq")), ignorenulls=True).over(upto)
+    marked = valid.withColumn(
+        "_unit",
+        F.when(
+            (name != "MULTI") & opened.isNotNull() & (opened > F.coalesce(closed, F.lit(-1))),
+            opened,
+        ),
+    )
+    unit = Window.partitionBy(F.coalesce(F.col("client"), F.lit("")), "_unit").orderBy("seq")
+    first_ts = F.first("ts_ms").over(unit.rowsBetween(Window.unboundedPreceding, 0))
+    return marked.withColumn(
+        "ts_ms", F.when(F.col("_unit").isNotNull(), first_ts).otherwise(F.col("ts_ms"))
+    ).drop("_unit")
+
+
 def cut_as_of(
     valid: DataFrame, as_of_ms: int | None, as_of_seq: int | None
 ) -> tuple[DataFrame, int | None]:
@@ -299,6 +327,8 @@ def reconstruct(
     valid, rejected = split_rejected(conformed)
     valid = resolve_db(spark, valid).select(*(f.name for f in EVENTS_SCHEMA.fields))
     valid, stop_seq = cut_as_of(valid, options.as_of_ms, options.as_of_seq)
+    if get_profile(profile).unit_time_snapshot:
+        valid = unit_time(valid)
     valid = valid.persist(StorageLevel.MEMORY_AND_DISK)
     bounds = valid.agg(F.count(F.lit(1)), F.max("seq"), F.max("ts_ms")).first()
     assert bounds is not None

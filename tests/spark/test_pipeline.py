@@ -227,3 +227,29 @@ def test_replay_refuses_seq_going_backwards() -> None:
     )
     with pytest.raises(SeqOrderError, match="seq 2 after 3"):
         list(replay((pa.scalar(0), pa.scalar("k")), iter([batch])))
+
+
+def test_7_4_commands_in_one_transaction_share_one_now(spark: SparkSession) -> None:
+    rows = [
+        {"seq": 1, "ts_ms": 100, "argv": ["XGROUP", "CREATE", "k", "g", "$", "MKSTREAM"]},
+        {"seq": 2, "ts_ms": 105, "argv": ["MULTI"], "client": "a"},
+        {"seq": 3, "ts_ms": 110, "argv": ["XADD", "k", "*", "f", "v"], "client": "a"},
+        {"seq": 4, "ts_ms": 113, "argv": ["XADD", "k", "*", "f", "v"], "client": "b"},
+        {
+            "seq": 5,
+            "ts_ms": 112,
+            "argv": ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "k", ">"],
+            "client": "a",
+        },
+        {"seq": 6, "ts_ms": 112, "argv": ["EXEC"], "client": "a"},
+        {"seq": 7, "ts_ms": 120, "argv": ["XADD", "k", "*", "f", "v"], "client": "a"},
+    ]
+    events = spark.createDataFrame(rows, EVENTS_SCHEMA)
+    for profile, delivered in (("7.4", 110), ("7.0", 112)):
+        result = reconstruct(spark, events, ReconstructOptions(profile=profile))
+        pel = sorted((p["id"], p["delivery_time_ms"]) for p in result.tables["pel"].collect())
+        # client b's XADD at 113 is outside a's transaction: its ID follows its own time
+        assert pel == [("110-0", delivered), ("113-0", delivered)], profile
+        ids = sorted(r["last_entry_id"] for r in result.tables["streams"].collect())
+        assert ids == ["120-0"], profile
+        result.unpersist()
