@@ -1047,6 +1047,64 @@ shared(
     {"groups": {SG: ("2-0", 2, 3)}},
 )
 
+shared(
+    "group_created_beyond_the_last_id_has_unknown_lag",
+    [*BASE[:-1], S(1000, "XGROUP CREATE s g 99-0")],
+    {"groups": {SG: ("99-0", None, None)}},
+)
+shared(
+    "group_created_at_dollar_after_xsetid_uses_the_last_generated_id",
+    [*add("1-0"), S(1000, "XSETID s 5-0"), S(1000, "XGROUP CREATE s g $")],
+    {"groups": {SG: ("5-0", None, 0)}},
+)
+shared(
+    "noack_read_after_setid_back_leaves_pending_entries_alone",
+    [
+        *READ_ALL,
+        S(1001, "XGROUP SETID s g 0"),
+        S(1002, "XREADGROUP GROUP g b NOACK STREAMS s >"),
+    ],
+    {
+        "pel": pel(("1-0", "a", 1000, 1), ("2-0", "a", 1000, 1), ("3-0", "a", 1000, 1)),
+        "groups": {SG: ("3-0", 3, 0)},
+    },
+)
+shared(
+    "key_commands_are_scoped_to_their_db",
+    [
+        *BASE,
+        S(1000, "XADD s 9-0 f v", db=1),
+        S(1001, "DEL s", db=1),
+        S(1001, "XADD t 1-0 f v", db=2),
+        S(1002, "RENAME t s", db=2),
+    ],
+    {"stream_keys": [(0, "s"), (2, "s")], "streams": {("s",): {"length": 3}}},
+)
+shared(
+    "string_writers_that_do_not_replace_a_stream",
+    [
+        *READ_ONE,
+        S(1001, "SET s v NX", "ignored"),
+        S(1001, "SET s v GET", "ignored"),
+        S(1001, "SETNX s v", "ignored"),
+        S(1001, "HSET s f v", "ignored"),
+    ],
+    {"stream_keys": [(0, "s")], "pel": pel(("1-0", "a", 1000, 1))},
+)
+for _label, _cmd in [
+    ("set_xx", "SET s v XX"),
+    ("set_ex", "SET s v EX 10"),
+    ("mset", "MSET x 1 s 2"),
+]:
+    shared(
+        f"{_label}_replaces_a_stream",
+        [*READ_ONE, S(1001, _cmd, "ignored"), S(1002, "XADD s 5-0 f v", "error:wrongtype")],
+        {
+            "stream_keys": [],
+            "delivery_counts": {("s", "g", "1-0"): {"status": "key_deleted", "closed_ms": 1001}},
+        },
+    )
+
 # ---------------------------------------------------------------------------
 # XGROUP CREATE / CREATECONSUMER, XSETID, arity, ignored and unknown commands.
 # ---------------------------------------------------------------------------
