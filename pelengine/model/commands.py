@@ -13,6 +13,7 @@ times). Differences between version profiles are named where they apply.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from pelengine.model.state import (
     INVALID_ENTRIES_READ,
     Consumer,
     Group,
+    Node,
     OtherValue,
     PendingEntry,
     Stream,
@@ -200,29 +202,84 @@ def _parse_add_or_trim(argv: list[str], xadd: bool) -> tuple[int, TrimArgs]:
     return i, args
 
 
+def append_entry(r: Replayer, stream: Stream, entry_id: StreamID) -> None:
+    """Add an entry at the tail, opening a new node when the tail node is full."""
+    stream.entries.add(entry_id)
+    nodes = stream.nodes
+    limit = r.node_max_entries
+    if nodes and (not limit or nodes[-1].total < limit):
+        tail = nodes[-1]
+        tail.total += 1
+        tail.live += 1
+        tail.last_id = entry_id
+    else:
+        nodes.append(Node(entry_id))
+
+
+def delete_entry(stream: Stream, entry_id: StreamID) -> None:
+    """XDEL of one live entry: a node whose last live entry goes is freed."""
+    stream.entries.remove(entry_id)
+    nodes = stream.nodes
+    index = bisect_right([n.master_id for n in nodes], entry_id) - 1
+    node = nodes[index]
+    if node.live == 1:
+        del nodes[index]
+    else:
+        node.live -= 1
+
+
+def _approx_limit(args: TrimArgs, r: Replayer) -> int:
+    if not args.approx:
+        return 0
+    if args.limit:
+        return args.limit
+    limit = 100 * r.node_max_entries
+    if limit <= 0:
+        return 10000
+    return min(limit, 1_000_000)
+
+
 def _trim(r: Replayer, call: Call, stream: Stream, args: TrimArgs) -> int:
     """Remove entries from the head as MAXLEN/MINID asks; returns how many.
 
-    Exact trimming is deterministic. Approximate trimming (``~``) is applied as
-    exact here and counted in ``approx_trims`` (node-granular emulation is
-    planned for command logs; effects logs already carry the exact form).
+    Walks the internal nodes from the head: a node is dropped whole when the
+    threshold allows; approximate trimming (``~``) stops at the first node it
+    cannot drop whole (or when LIMIT entries would be exceeded), exact trimming
+    goes on inside that node. Node sizes follow ``stream-node-max-entries``
+    (the byte limit is not emulated: entries are assumed small).
     """
-    if args.approx:
-        r.note("approx_trim_applied_exactly")
     entries = stream.entries
-    if args.strategy == "maxlen":
-        excess = len(entries) - args.maxlen
-        if excess <= 0:
-            return 0
-        del entries[:excess]
-        deleted = excess
-    else:
-        cut = entries.bisect_left(args.minid)
-        if cut == 0:
-            return 0
-        del entries[:cut]
-        deleted = cut
-    _refresh_first_id(stream)
+    nodes = stream.nodes
+    limit = _approx_limit(args, r)
+    deleted = 0
+    while nodes:
+        if args.strategy == "maxlen" and len(entries) <= args.maxlen:
+            break
+        node = nodes[0]
+        if limit and deleted + node.live > limit:
+            break
+        if args.strategy == "maxlen":
+            remove_node = len(entries) - node.live >= args.maxlen
+        else:
+            remove_node = node.last_id < args.minid
+        if remove_node:
+            del entries[: node.live]
+            deleted += node.live
+            del nodes[0]
+            continue
+        if args.approx:
+            break
+        if args.strategy == "maxlen":
+            cut = len(entries) - args.maxlen
+        else:
+            cut = min(entries.bisect_left(args.minid), node.live)
+        if cut > 0:
+            del entries[:cut]
+            node.live -= cut
+            deleted += cut
+        break
+    if deleted:
+        _refresh_first_id(stream)
     return deleted
 
 
@@ -269,7 +326,7 @@ def xadd(r: Replayer, call: Call) -> None:
         new_id = nxt if nxt is not None else ZERO_ID
     if new_id <= last:
         raise CommandError("id_too_small")
-    stream.entries.add(new_id)
+    append_entry(r, stream, new_id)
     stream.last_id = new_id
     stream.entries_added += 1
     if stream.length == 1:
@@ -309,7 +366,7 @@ def xdel(r: Replayer, call: Call) -> None:
     first_entry = False
     for entry_id in ids:
         if entry_id in stream.entries:
-            stream.entries.remove(entry_id)
+            delete_entry(stream, entry_id)
             if entry_id == stream.first_id:
                 first_entry = True
             if entry_id > stream.max_deleted_entry_id:

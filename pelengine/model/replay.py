@@ -139,8 +139,17 @@ def command_name(argv: Sequence[str]) -> str:
 class Replayer:
     """Replays stream commands against an exact model of Redis' stream state."""
 
-    def __init__(self, profile: str = "7.0", *, record_changes: bool = True) -> None:
+    def __init__(
+        self,
+        profile: str = "7.0",
+        *,
+        record_changes: bool = True,
+        node_max_entries: int = 100,
+    ) -> None:
         self.profile = get_profile(profile)
+        # Redis' stream-node-max-entries: how many entries one internal node holds
+        # (decides what approximate trimming can drop).
+        self.node_max_entries = node_max_entries
         self.keys: dict[tuple[int, str], Stream | OtherValue] = {}
         self.counters = Counters()
         self.notes: dict[str, int] = {}
@@ -148,6 +157,8 @@ class Replayer:
         self.last_seq: int | None = None
         self.last_ts_ms: int | None = None
         self._changes: list[Row] = []
+        # open MULTI blocks per client -> the unit's "now" (None until its first command)
+        self._units: dict[str | None, int | None] = {}
         self._closed: list[tuple[int, str, str, StreamID, DeliveryRecord]] = []
 
     # -- applying commands -------------------------------------------------
@@ -166,6 +177,17 @@ class Replayer:
         counters.commands[name] = counters.commands.get(name, 0) + 1
         self.last_seq = seq
         self.last_ts_ms = ts_ms
+        if name == "MULTI":
+            self._units[client] = None
+        elif name in ("EXEC", "DISCARD"):
+            self._units.pop(client, None)
+        elif client in self._units and self.profile.unit_time_snapshot:
+            # 7.2+: one time snapshot per execution unit (its first command's time)
+            unit_now = self._units[client]
+            if unit_now is None:
+                self._units[client] = ts_ms
+            else:
+                ts_ms = unit_now
         entry = STREAM_COMMANDS.get(name)
         is_stream = entry is not None
         if entry is None:

@@ -70,8 +70,25 @@ class Group:
         self.records: dict[StreamID, DeliveryRecord] = {}
 
 
+class Node:
+    """One internal node (listpack) of a stream: Redis trims ``~`` only whole nodes.
+
+    ``total`` counts live and deleted entries (what decides when the next entry
+    opens a new node), ``live`` the entries still in the stream, ``last_id`` the
+    last entry appended to it (deleted or not).
+    """
+
+    __slots__ = ("master_id", "total", "live", "last_id")
+
+    def __init__(self, master_id: StreamID) -> None:
+        self.master_id = master_id
+        self.total = 1
+        self.live = 1
+        self.last_id = master_id
+
+
 class Stream:
-    """A stream key: live entry IDs, generation counters and groups."""
+    """A stream key: live entry IDs, generation counters, internal nodes and groups."""
 
     __slots__ = (
         "entries",
@@ -80,6 +97,7 @@ class Stream:
         "max_deleted_entry_id",
         "first_id",
         "groups",
+        "nodes",
     )
 
     def __init__(self) -> None:
@@ -90,6 +108,7 @@ class Stream:
         # Redis' "recorded first entry id": updated on add/trim/XDEL, 0-0 when empty.
         self.first_id: StreamID = ZERO_ID
         self.groups: dict[str, Group] = {}
+        self.nodes: list[Node] = []
 
     @property
     def length(self) -> int:
