@@ -316,9 +316,7 @@ class Replayer:
                     "db": call.db if db is None else db,
                     "key": key,
                     "group": group.name,
-                    "id": format_id(entry_id),
-                    "id_ms": to_signed(entry_id.ms),
-                    "id_seq": to_signed(entry_id.seq),
+                    **id_columns(entry_id),
                     "seq": call.seq,
                     "ts_ms": call.now,
                     "command": call.command,
@@ -392,9 +390,7 @@ class Replayer:
                             "db": db,
                             "key": key,
                             "group": group.name,
-                            "id": format_id(entry_id),
-                            "id_ms": to_signed(entry_id.ms),
-                            "id_seq": to_signed(entry_id.seq),
+                            **id_columns(entry_id),
                             "consumer": nack.consumer.name if nack.consumer else None,
                             "delivery_time_ms": nack.delivery_time,
                             "delivery_count": nack.delivery_count,
@@ -437,6 +433,15 @@ class Replayer:
         return tables
 
 
+def id_columns(entry_id: StreamID) -> Row:
+    """An entry ID the three ways the tables carry it: "ms-seq", ms and seq."""
+    return {
+        "id": format_id(entry_id),
+        "id_ms": to_signed(entry_id.ms),
+        "id_seq": to_signed(entry_id.seq),
+    }
+
+
 def _record_row(
     db: int, key: str, group: str, entry_id: StreamID, rec: DeliveryRecord, as_of: dict[str, int]
 ) -> Row:
@@ -444,9 +449,7 @@ def _record_row(
         "db": db,
         "key": key,
         "group": group,
-        "id": format_id(entry_id),
-        "id_ms": to_signed(entry_id.ms),
-        "id_seq": to_signed(entry_id.seq),
+        **id_columns(entry_id),
         "delivery_count": rec.delivery_count,
         "deliveries": rec.deliveries,
         "owners": len(rec.owners),
