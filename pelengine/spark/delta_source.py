@@ -121,6 +121,26 @@ def delta_schema_json_from_spark(schema: StructType) -> str:
     return json.dumps(node)
 
 
+def void_columns(node: Any, prefix: str = "") -> list[str]:
+    """Names of (nested) fields whose type is or contains ``void`` (Spark's NullType)."""
+    if node == "void":
+        return [prefix or "<value>"]
+    if not isinstance(node, dict):
+        return []
+    kind = node.get("type")
+    if kind == "struct":
+        found: list[str] = []
+        for f in node["fields"]:
+            found += void_columns(f["type"], f"{prefix}.{f['name']}" if prefix else f["name"])
+        return found
+    if kind == "array":
+        return void_columns(node["elementType"], f"{prefix}[]")
+    if kind == "map":
+        key = void_columns(node["keyType"], f"{prefix}{{key}}")
+        return key + void_columns(node["valueType"], f"{prefix}{{value}}")
+    return []
+
+
 def _type_shape(node: Any) -> Any:
     """Schema JSON node reduced to names and types (nullability and metadata ignored)."""
     if isinstance(node, str):
@@ -334,6 +354,12 @@ class DeltaWriter(DataSourceArrowWriter):
             raise DeltaStorageError("txnAppId and txnVersion must be set together.")
         self.txn_app_id: str | None = app_id
         self.txn_version: int | None = int(txn_version) if txn_version is not None else None
+        void = void_columns(schema.jsonValue())
+        if void:
+            raise DeltaStorageError(
+                f"Cannot write column(s) {void} of type void (NullType, e.g. F.lit(None)) to "
+                f"Delta table at {table_uri}: cast them to a concrete type first."
+            )
         self.data_schema_json = delta_schema_json_from_spark(schema)
 
         table = open_table(table_uri, storage_options=self.storage_options)

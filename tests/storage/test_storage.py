@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,32 @@ def test_empty_dataframe_creates_table_with_schema(spark: SparkSession, tmp_path
     back = storage.read_table(spark, path)
     assert back.count() == 0
     assert back.schema == SCHEMA
+
+
+def test_other_types_round_trip(spark: SparkSession, tmp_path: Path) -> None:
+    path = str(tmp_path / "t")
+    df = spark.createDataFrame(
+        [
+            (dt.date(2024, 1, 2), Decimal("1.25"), (1, "a"), {"k": 1}, b"xy", [[1], []], 7, 1.5),
+            (None, None, None, None, None, [None], None, None),
+        ],
+        "d date, dec decimal(10,2), st struct<a:int,b:string>, m map<string,int>, "
+        "bin binary, nested array<array<long>>, sh short, f float",
+    ).withColumn("ntz", F.lit(dt.datetime(2024, 1, 1, 1, 2, 3)).cast("timestamp_ntz"))
+    storage.write_table(df, path)
+    got = DeltaTable(path).to_pyarrow_table().to_pylist()
+    assert sorted(got, key=lambda r: r["d"] is None)[0]["st"] == {"a": 1, "b": "a"}
+    back = storage.read_table(spark, path)
+    assert back.schema.simpleString() == df.schema.simpleString()
+    by_null_date = lambda r: r.d is None  # noqa: E731 (maps cannot be sorted by Spark)
+    assert sorted(back.collect(), key=by_null_date) == sorted(df.collect(), key=by_null_date)
+
+
+def test_void_columns_are_refused(spark: SparkSession, tmp_path: Path) -> None:
+    df = spark.range(1).select(F.lit(None).alias("x"), F.array(F.lit(None)).alias("xs"))
+    with pytest.raises(DeltaStorageError, match=r"column\(s\) \['x', 'xs\[\]'\] of type void"):
+        storage.write_table(df, str(tmp_path / "t"))
+    assert not os.path.exists(tmp_path / "t" / "_delta_log")
 
 
 def test_append_widens_int_to_long(spark: SparkSession, tmp_path: Path) -> None:
