@@ -38,6 +38,8 @@ class Verdict:
     commands: int
     rejected_by_server: int
     outcome_mismatches: list[str] = field(default_factory=list)
+    change_mismatches: list[str] = field(default_factory=list)
+    changes_checked: int = 0
     table_mismatches: list[tuple[int, list[Mismatch]]] = field(default_factory=list)
     rows_compared: int = 0
     checkpoints: int = 0
@@ -46,13 +48,15 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not self.outcome_mismatches and not self.table_mismatches
+        return not (self.outcome_mismatches or self.table_mismatches or self.change_mismatches)
 
     def summary(self) -> str:
         return (
             f"{self.label}: {self.commands} commands ({self.rejected_by_server} rejected by the "
             f"server), {self.checkpoints} checkpoints + end, {self.rows_compared} rows compared, "
+            f"{self.changes_checked} commands' ownership_changes checked against their replies, "
             f"replay {self.replay_s:.2f}s, outcome mismatches {len(self.outcome_mismatches)}, "
+            f"change mismatches {len(self.change_mismatches)}, "
             f"table mismatches {sum(len(m) for _, m in self.table_mismatches)}"
         )
 
@@ -61,6 +65,9 @@ class Verdict:
         if self.outcome_mismatches:
             lines.append("command outcomes (server vs model), first ones:")
             lines += ["  " + m for m in self.outcome_mismatches[:limit]]
+        if self.change_mismatches:
+            lines.append("ownership_changes vs the server's replies, first ones:")
+            lines += ["  " + m for m in self.change_mismatches[:limit]]
         for seq, problems in self.table_mismatches[:1]:
             where = "end of the log" if seq < 0 else f"checkpoint after seq {seq}"
             lines.append(f"tables at the {where} (first {limit}):")
@@ -72,6 +79,115 @@ class Verdict:
             )
         lines += self.details
         return "\n".join(lines)
+
+
+def _reply_ids(entries: Any) -> list[str]:
+    """IDs of a reply's entries (``[id, fields]`` pairs or bare IDs), skipping nil entries."""
+    out = []
+    for entry in entries or []:
+        if isinstance(entry, str):
+            out.append(entry)
+        elif isinstance(entry, list) and entry and entry[1] is not None:
+            out.append(entry[0])
+    return out
+
+
+def expected_changes(rec: Record) -> dict[tuple[str, str], list[str]] | None:
+    """The ``ownership_changes`` a command made, as its reply tells: {(key, kind): ids}.
+
+    Kinds: ``delivery`` (delivered, reassigned or redelivered), ``claimed``,
+    ``dropped``, and for XACK / DELCONSUMER only how many (``["?"] * n``).
+    ``None`` when the reply does not say (the command is not checked).
+    """
+    if rec.error is not None:
+        return {}
+    upper = [a.upper() for a in rec.argv]
+    name = upper[0]
+    reply = rec.reply
+    if name == "XREADGROUP":
+        if reply is None:
+            return {}
+        streams = upper.index("STREAMS") + 1
+        noack = "NOACK" in upper[:streams]
+        n = (len(rec.argv) - streams) // 2
+        new_reads: dict[str, set[bool]] = {}
+        for key, id_arg in zip(
+            rec.argv[streams : streams + n], rec.argv[streams + n :], strict=True
+        ):
+            new_reads.setdefault(key, set()).add(id_arg == ">")
+        out: dict[tuple[str, str], list[str]] = {}
+        for key, entries in reply:
+            if len(new_reads[key]) > 1:
+                return None  # the same key read both ways: the reply does not say which
+            if not (noack and True in new_reads[key]):  # NOACK matters to '>' reads only
+                out.setdefault((key, "delivery"), []).extend(_reply_ids(entries))
+        return out
+    if name == "XCLAIM":
+        return {(rec.argv[1], "claimed"): _reply_ids(reply)}
+    if name == "XAUTOCLAIM":
+        return {(rec.argv[1], "claimed"): _reply_ids(reply[1]), (rec.argv[1], "dropped"): reply[2]}
+    if name == "XACK":
+        return {(rec.argv[1], "acked"): ["?"] * int(reply)}
+    if name == "XGROUP" and len(upper) > 1 and upper[1] == "DELCONSUMER":
+        return {(rec.argv[2], "consumer_deleted"): ["?"] * int(reply)}
+    return None
+
+
+_KIND = {
+    "delivered": "delivery",
+    "reassigned": "delivery",
+    "redelivered": "delivery",
+    "claimed": "claimed",
+    "dropped": "dropped",
+    "acked": "acked",
+    "consumer_deleted": "consumer_deleted",
+}
+
+
+def check_changes(rec: Record, changes: list[dict[str, Any]]) -> list[str]:
+    """Compare the model's ownership_changes rows of one command with what its reply says."""
+    expected = expected_changes(rec)
+    if expected is None:
+        return []
+    got: dict[tuple[str, str], list[str]] = {}
+    consumers: set[str | None] = set()
+    for row in changes:
+        kind = _KIND.get(row["change"])
+        if kind is None:
+            continue
+        counted = "?" if kind in ("acked", "consumer_deleted") else row["id"]
+        got.setdefault((row["key"], kind), []).append(counted)
+        if kind in ("delivery", "claimed"):
+            consumers.add(row["to_consumer"])
+    exp = {k: sorted(v) for k, v in expected.items() if v}
+    act = {k: sorted(v) for k, v in got.items() if v}
+    if rec.argv[0].upper() == "XCLAIM":
+        act.pop((rec.argv[1], "dropped"), None)  # the reply does not list dropped IDs
+    problems = []
+    if exp != act:
+        problems.append(f"{rec.describe()} || changes by reply {exp} != model {act}")
+    name = rec.argv[0].upper()
+    want = None
+    if rec.error is not None:
+        pass  # no changes at all expected (checked above)
+    elif name in ("XCLAIM", "XAUTOCLAIM"):
+        want = rec.argv[3]
+    elif name == "XREADGROUP":
+        want = rec.argv[[a.upper() for a in rec.argv].index("GROUP") + 2]
+    if want is not None and consumers - {want}:
+        problems.append(f"{rec.describe()} || to_consumer {sorted(map(str, consumers))} != {want}")
+    return problems
+
+
+def check_job_changes(records: list[Record], changes: list[dict[str, Any]]) -> list[str]:
+    """``check_changes`` for every command, on a job's ownership_changes table (by seq)."""
+    by_seq: dict[int, list[dict[str, Any]]] = {}
+    for row in changes:
+        by_seq.setdefault(int(row["seq"]), []).append(row)
+    problems: list[str] = []
+    for rec in records:
+        problems += check_changes(rec, by_seq.get(rec.seq, []))
+    return problems
 
 
 def history(records: Iterable[Record], db: int, key: str, upto_seq: int, n: int = 15) -> list[str]:
@@ -141,6 +257,10 @@ def check_model(
         out = replayer.apply(
             seq=rec.seq, ts_ms=rec.ts_ms, argv=rec.argv, db=rec.db, client=rec.client
         )
+        changes = replayer.drain_changes()
+        if expected_changes(rec) is not None:
+            verdict.changes_checked += 1
+            verdict.change_mismatches += check_changes(rec, changes)
         name = rec.argv[0].upper()
         if name in STREAM_WRITES:
             server_failed = rec.error is not None

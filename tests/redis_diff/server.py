@@ -190,12 +190,22 @@ class running_server:  # noqa: N801  (used like a function: ``with running_serve
             self._server = None
 
 
+# The tests replay with the model's "7.0" profile, so the judge must be a 7.0 server.
+EXPECTED_VERSION_PREFIX = "7.0."
+
+
 def _server_or_fail() -> Iterator[RedisServer]:
     try:
         binary = find_binary()
     except RedisServerMissingError as exc:
         pytest.fail(str(exc), pytrace=False)
     with running_server(binary) as srv:
+        if not srv.version.startswith(EXPECTED_VERSION_PREFIX):
+            pytest.fail(
+                f"{binary} is redis {srv.version}; the differential tests judge the 7.0 "
+                f"profile and need a {EXPECTED_VERSION_PREFIX}x server",
+                pytrace=False,
+            )
         yield srv
 
 

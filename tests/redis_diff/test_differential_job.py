@@ -17,7 +17,12 @@ import pytest
 
 from tests.redis_diff.capture import SeqCounter, dump_records
 from tests.redis_diff.compare import compare_tables, format_mismatches
-from tests.redis_diff.harness import STREAM_WRITES, history, pending_delivery_counts
+from tests.redis_diff.harness import (
+    STREAM_WRITES,
+    check_job_changes,
+    history,
+    pending_delivery_counts,
+)
 from tests.redis_diff.server import DATABASES, RedisServer
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import run_workload
@@ -80,6 +85,7 @@ def test_job_matches_redis_7_0(fresh_redis_server: RedisServer, spark: Any, tmp_
     t_job = time.perf_counter() - t1
 
     problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
+    change_problems = check_job_changes(records, got.get("ownership_changes", []))
     report = getattr(result, "report", {}) or {}
     failed = (report.get("events") or {}).get("failed")
     expected_failed = sum(
@@ -95,7 +101,7 @@ def test_job_matches_redis_7_0(fresh_redis_server: RedisServer, spark: Any, tmp_
         f"{N_SEEDS} dbs ({sum(r.error is not None for r in records)} rejected by the server), "
         f"{rows} truth rows, workload {t_workload:.1f}s, job {t_job:.1f}s, "
         f"failed per job report {failed} (server-rejected stream writes {expected_failed}), "
-        f"mismatches {len(problems)}"
+        f"mismatches {len(problems)}, ownership_changes vs replies {len(change_problems)}"
     )
     print(summary)
     if failed is not None and failed != expected_failed:
@@ -104,6 +110,10 @@ def test_job_matches_redis_7_0(fresh_redis_server: RedisServer, spark: Any, tmp_
         )
     else:
         problems_text = ""
+    if change_problems:
+        problems_text += "\nownership_changes vs the server's replies:\n" + "\n".join(
+            "  " + p for p in change_problems[:20]
+        )
     if problems or problems_text:
         dumped = dump_records(records, tmp_path / "job-events.jsonl", {"summary": summary})
         lines = [summary + problems_text, format_mismatches(problems, 20)]

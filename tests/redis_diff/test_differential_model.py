@@ -28,10 +28,22 @@ SEEDS = [int(s) for s in os.environ.get("PELENGINE_DIFF_SEEDS", "").split(",") i
 )
 COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_DIFF_COMMANDS", "2000"))
 CHECKPOINT_EVERY = 250
+# Seeds of the "long_streams" shape: hundreds of entries over several internal nodes,
+# mostly approximate trimming (node emulation), long PELs.
+LONG_SEEDS = [
+    int(s)
+    for s in os.environ.get("PELENGINE_DIFF_LONG_SEEDS", "1001,1002,1003,1004").split(",")
+    if s
+]
+CASES = [(s, "mixed") for s in SEEDS] + [(s, "long_streams") for s in LONG_SEEDS]
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed_{s}" for s in SEEDS])
-def test_model_matches_redis_7_0(clean_redis: RedisServer, seed: int, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("seed", "shape"),
+    CASES,
+    ids=[f"seed_{s}" if shape == "mixed" else f"long_seed_{s}" for s, shape in CASES],
+)
+def test_model_matches_redis_7_0(clean_redis: RedisServer, seed: int, shape: str, tmp_path) -> None:
     db = seed % 16  # exercise non-zero dbs too
     # Odd seeds log XADD '*' as sent wherever ts_ms determines the ID (the engine
     # generates it); even seeds log the generated ID, as events.md asks of a capture
@@ -44,9 +56,12 @@ def test_model_matches_redis_7_0(clean_redis: RedisServer, seed: int, tmp_path) 
         db=db,
         checkpoint_every=CHECKPOINT_EVERY,
         star_mode=star_mode,
+        shape=shape,
     )
     truth = read_truth(clean_redis, [db])
-    verdict = check_model(f"seed {seed} (db {db})", result.records, truth, result.checkpoints)
+    verdict = check_model(
+        f"seed {seed} {shape} (db {db})", result.records, truth, result.checkpoints
+    )
     kept = sum(1 for r in result.records if "*" in r.argv[2:] and r.argv[0].upper() == "XADD")
     print(
         f"{verdict.summary()}; workload {result.elapsed_s:.2f}s, attempts {result.attempts}, "

@@ -96,7 +96,7 @@ class _Knowledge:
         self.delivered[dst] = self.delivered.get(src, [])[-50:]
 
 
-def _cap(lst: list[str], n: int = 300) -> None:
+def _cap(lst: list[str], n: int = 600) -> None:
     if len(lst) > n:
         del lst[: len(lst) - n]
 
@@ -113,6 +113,7 @@ class Workload:
         allow_flushdb: bool = True,
         checkpoint_every: int | None = None,
         checkpoint: Callable[[], Any] | None = None,
+        shape: str = "mixed",
     ):
         self.rec = recorder
         self.rng = random.Random(seed)
@@ -122,6 +123,7 @@ class Workload:
         self.checkpoint_every = checkpoint_every
         self.checkpoint = checkpoint
         self.checkpoints: list[tuple[int, Any]] = []
+        self.shape = shape
 
     # ------------------------------------------------------------------ helpers
     def kw(self, word: str) -> str:
@@ -209,6 +211,12 @@ class Workload:
             (1.2, self.cmd_string),
             (2.5, self.cmd_invalid),
         ]
+        if self.shape == "long_streams":
+            # streams of hundreds of entries over several internal nodes: '~' trimming,
+            # XDEL inside nodes, long PELs (XAUTOCLAIM scan limits)
+            boost = {self.cmd_xadd: 45, self.cmd_xdel: 2, self.cmd_xtrim: 3, self.cmd_del: 0.1}
+            boost.update({self.cmd_rename: 0.05, self.cmd_flushdb: 0.0, self.cmd_string: 0.1})
+            table = [(boost.get(f, w), f) for w, f in table]
         weights = [w for w, _ in table]
         funcs = [f for _, f in table]
         # Start from something to work with: keys, groups, entries.
@@ -218,8 +226,15 @@ class Workload:
             self.send(["XGROUP", "CREATE", key, "g0", "0"])
         self.send(["SET", STRING_KEY, "x"])
         next_checkpoint = self.checkpoint_every
+        flush_at = (
+            self.n // 2 if self.allow_flushdb and shape_flushes(self.shape) else None
+        )  # at least one FLUSHDB per run
         while len(self.rec.records) < self.n:
-            self.rng.choices(funcs, weights)[0]()
+            if flush_at is not None and len(self.rec.records) >= flush_at:
+                flush_at = None
+                self.cmd_flushdb()
+            else:
+                self.rng.choices(funcs, weights)[0]()
             if next_checkpoint and self.checkpoint and len(self.rec.records) >= next_checkpoint:
                 # the state right after this seq, read between two commands (not logged)
                 self.checkpoints.append((self.rec.records[-1].seq, self.checkpoint()))
@@ -392,20 +407,30 @@ class Workload:
         rng = self.rng
         r = rng.random()
         args: list[str]
+        approx = rng.random() < (0.9 if self.shape == "long_streams" else 0.25)
         if r < 0.6:
             args = [self.kw("MAXLEN")]
-            if rng.random() < 0.3:
-                args.append("=")
-            args.append(str(rng.choice([0, 1, 2, 5, 10, 20, 30, 40, 60, 80])))
+            if approx or rng.random() < 0.3:
+                args.append("~" if approx else "=")
+            if self.shape == "long_streams":
+                args.append(str(rng.choice([10, 20, 50, 100, 150])))
+            else:
+                args.append(str(rng.choice([0, 1, 2, 5, 10, 20, 30, 40, 60, 80])))
         else:
             args = [self.kw("MINID")]
-            if rng.random() < 0.3:
-                args.append("=")
+            if approx or rng.random() < 0.3:
+                args.append("~" if approx else "=")
             ms, seq = self.k.last.get(key, (self.k.now_ms, 0))
-            if rng.random() < 0.6:
+            known = self.k.ids.get(key, [])
+            if self.shape == "long_streams":
+                # keeps the last ~150 IDs ever added
+                args.append(known[rng.randint(0, len(known) - 150)] if len(known) > 150 else "0-1")
+            elif rng.random() < 0.6:
                 args.append(self.known_id(key))
             else:
                 args.append(format_id(max(0, ms - rng.randint(0, 5)), rng.randint(0, 2)))
+        if approx and rng.random() < 0.3:
+            args += [self.kw("LIMIT"), str(rng.choice([0, 1, 5, 50, 100, 150]))]
         if allow_invalid and rng.random() < 0.06:
             args = rng.choice(
                 [
@@ -794,6 +819,10 @@ class Workload:
         self.send(argv, star_index=star_index)
 
 
+def shape_flushes(shape: str) -> bool:
+    return shape != "long_streams"
+
+
 def _pairs(flat: Any) -> dict[str, Any]:
     """A RESP2 flat ``[k1, v1, k2, v2, ...]`` map as a dict."""
     if not isinstance(flat, list):
@@ -811,6 +840,7 @@ def run_workload(
     allow_flushdb: bool = True,
     checkpoint_every: int | None = None,
     star_mode: str = "replace",
+    shape: str = "mixed",
     max_attempts: int = 4,
 ) -> WorkloadResult:
     """Run one seed on ``db`` (emptied first, unlogged) and return the recorded commands.
@@ -839,6 +869,7 @@ def run_workload(
                 allow_flushdb=allow_flushdb,
                 checkpoint_every=checkpoint_every,
                 checkpoint=lambda: read_truth(server, [db]),
+                shape=shape,
             )
             try:
                 workload.run()
