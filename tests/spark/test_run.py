@@ -73,3 +73,37 @@ def test_rerun_with_same_txn_version_changes_nothing(
 def test_missing_events_table_is_a_clear_error(spark: SparkSession, tmp_path) -> None:
     with pytest.raises(InputContractError, match="--events .*no Delta table"):
         run_reconstruct(spark, os.fspath(tmp_path / "nothing"), os.fspath(tmp_path / "out"))
+
+
+def test_cli_reconstruct_and_summary(
+    spark: SparkSession, events_path: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pelengine import cli
+
+    out = str(tmp_path / "out")
+    code = cli.run(
+        ["reconstruct", "--events", events_path, "--out", out, "--redis-version", "7.4"],
+        spark=spark,
+        progress=lambda _: None,
+    )
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "applied 5" in printed and "rejected 1" in printed
+    assert json.loads((tmp_path / "out" / "_run_report.json").read_text())["profile"] == "7.4"
+    assert cli.run(["summary", "--out", out], spark=spark, progress=lambda _: None) == 0
+    summary = capsys.readouterr().out
+    assert "1 streams, 1 groups, 1 consumers, 1 pending entries" in summary
+
+
+def test_cli_reconstruct_of_a_missing_table_exits_nonzero(
+    spark: SparkSession, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pelengine import cli
+
+    code = cli.run(
+        ["reconstruct", "--events", str(tmp_path / "none"), "--out", str(tmp_path / "o")],
+        spark=spark,
+        progress=lambda _: None,
+    )
+    assert code != 0
+    assert "none" in capsys.readouterr().err
