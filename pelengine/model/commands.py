@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pelengine.model import listpack as lp
 from pelengine.model.ids import (
     MAX_ID,
     U64_MAX,
@@ -28,6 +29,7 @@ from pelengine.model.ids import (
     parse_id,
     parse_ll,
     parse_strict_id,
+    to_signed,
 )
 from pelengine.model.state import (
     INVALID_ENTRIES_READ,
@@ -41,6 +43,9 @@ from pelengine.model.state import (
 
 if TYPE_CHECKING:
     from pelengine.model.replay import Call, Replayer
+
+
+LISTPACK_MAX_SIZE = 1 << 30
 
 
 class CommandError(Exception):
@@ -202,18 +207,48 @@ def _parse_add_or_trim(argv: list[str], xadd: bool) -> tuple[int, TrimArgs]:
     return i, args
 
 
-def append_entry(r: Replayer, stream: Stream, entry_id: StreamID) -> None:
-    """Add an entry at the tail, opening a new node when the tail node is full."""
+def append_entry(
+    r: Replayer, stream: Stream, entry_id: StreamID, fields: list[str], values: list[str]
+) -> None:
+    """Add an entry at the tail, opening a new node when the tail node is full
+    (``stream-node-max-entries`` entries, or ``stream-node-max-bytes`` bytes)."""
     stream.entries.add(entry_id)
     nodes = stream.nodes
-    limit = r.node_max_entries
-    if nodes and (not limit or nodes[-1].total < limit):
-        tail = nodes[-1]
-        tail.total += 1
-        tail.live += 1
-        tail.last_id = entry_id
-    else:
-        nodes.append(Node(entry_id))
+    tail = nodes[-1] if nodes else None
+    if tail is not None:
+        max_bytes = r.node_max_bytes
+        if max_bytes <= 0 or max_bytes > LISTPACK_MAX_SIZE:
+            max_bytes = LISTPACK_MAX_SIZE
+        incoming = sum(lp.byte_length(x) for x in fields) + sum(lp.byte_length(x) for x in values)
+        if tail.nbytes + incoming >= max_bytes or (
+            r.node_max_entries and tail.total >= r.node_max_entries
+        ):
+            tail = None
+    if tail is None:
+        names = tuple(fields)
+        size = lp.new_node_bytes(names) + lp.entry_bytes(0, 0, fields, values, same=True)
+        nodes.append(Node(entry_id, names, size))
+        return
+    master = tail.master_id
+    tail.nbytes += lp.counter_delta(tail.live, tail.live + 1)
+    tail.nbytes += lp.entry_bytes(
+        to_signed((entry_id.ms - master.ms) & U64_MAX),
+        to_signed((entry_id.seq - master.seq) & U64_MAX),
+        fields,
+        values,
+        same=tuple(fields) == tail.fields,
+    )
+    tail.total += 1
+    tail.live += 1
+    tail.last_id = entry_id
+
+
+def _mark_deleted(node: Node, count: int) -> None:
+    """``count`` live entries of ``node`` become tombstones (its counters grow or shrink)."""
+    deleted = node.total - node.live
+    node.nbytes += lp.counter_delta(node.live, node.live - count)
+    node.nbytes += lp.counter_delta(deleted, deleted + count)
+    node.live -= count
 
 
 def delete_entry(stream: Stream, entry_id: StreamID) -> None:
@@ -225,7 +260,7 @@ def delete_entry(stream: Stream, entry_id: StreamID) -> None:
     if node.live == 1:
         del nodes[index]
     else:
-        node.live -= 1
+        _mark_deleted(node, 1)
 
 
 def _approx_limit(args: TrimArgs, r: Replayer) -> int:
@@ -246,7 +281,7 @@ def _trim(r: Replayer, call: Call, stream: Stream, args: TrimArgs) -> int:
     threshold allows; approximate trimming (``~``) stops at the first node it
     cannot drop whole (or when LIMIT entries would be exceeded), exact trimming
     goes on inside that node. Node sizes follow ``stream-node-max-entries``
-    (the byte limit is not emulated: entries are assumed small).
+    and ``stream-node-max-bytes`` (see ``listpack``).
     """
     entries = stream.entries
     nodes = stream.nodes
@@ -275,7 +310,7 @@ def _trim(r: Replayer, call: Call, stream: Stream, args: TrimArgs) -> int:
             cut = min(entries.bisect_left(args.minid), node.live)
         if cut > 0:
             del entries[:cut]
-            node.live -= cut
+            _mark_deleted(node, cut)
             deleted += cut
         break
     if deleted:
@@ -326,7 +361,7 @@ def xadd(r: Replayer, call: Call) -> None:
         new_id = nxt if nxt is not None else ZERO_ID
     if new_id <= last:
         raise CommandError("id_too_small")
-    append_entry(r, stream, new_id)
+    append_entry(r, stream, new_id, argv[field_pos::2], argv[field_pos + 1 :: 2])
     stream.last_id = new_id
     stream.entries_added += 1
     if stream.length == 1:

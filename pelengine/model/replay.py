@@ -145,11 +145,14 @@ class Replayer:
         *,
         record_changes: bool = True,
         node_max_entries: int = 100,
+        node_max_bytes: int = 4096,
     ) -> None:
         self.profile = get_profile(profile)
         # Redis' stream-node-max-entries: how many entries one internal node holds
         # (decides what approximate trimming can drop).
         self.node_max_entries = node_max_entries
+        # Redis' stream-node-max-bytes: the size limit of one node's listpack.
+        self.node_max_bytes = node_max_bytes
         self.keys: dict[tuple[int, str], Stream | OtherValue] = {}
         self.counters = Counters()
         self.notes: dict[str, int] = {}

@@ -73,18 +73,21 @@ class Group:
 class Node:
     """One internal node (listpack) of a stream: Redis trims ``~`` only whole nodes.
 
-    ``total`` counts live and deleted entries (what decides when the next entry
-    opens a new node), ``live`` the entries still in the stream, ``last_id`` the
-    last entry appended to it (deleted or not).
+    ``total`` counts live and deleted entries (with ``nbytes``, the listpack's
+    size, it decides when the next entry opens a new node), ``live`` the
+    entries still in the stream, ``last_id`` the last entry appended to it
+    (deleted or not), ``fields`` the master entry's field names.
     """
 
-    __slots__ = ("master_id", "total", "live", "last_id")
+    __slots__ = ("master_id", "total", "live", "last_id", "fields", "nbytes")
 
-    def __init__(self, master_id: StreamID) -> None:
+    def __init__(self, master_id: StreamID, fields: tuple[str, ...], nbytes: int) -> None:
         self.master_id = master_id
         self.total = 1
         self.live = 1
         self.last_id = master_id
+        self.fields = fields
+        self.nbytes = nbytes
 
 
 class Stream:
