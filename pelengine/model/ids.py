@@ -139,5 +139,14 @@ def format_id(value: StreamID | None) -> str | None:
 
 
 def to_signed(value: int) -> int:
-    """Store an unsigned 64-bit ID part in a signed BIGINT column (two's complement)."""
+    """An unsigned 64-bit value as C's int64 would read it (two's complement)."""
     return value - (1 << 64) if value > I64_MAX else value
+
+
+def to_bigint(value: int) -> int | None:
+    """An ID part for a BIGINT column: None when it does not fit (ms or seq >= 2^63).
+
+    The ``id`` string is always exact; a null ``id_ms``/``id_seq`` never sorts
+    an ID into the wrong place, a wrapped negative value would.
+    """
+    return value if value <= I64_MAX else None

@@ -17,7 +17,7 @@ from typing import Any
 
 from pelengine.model import commands as cmd
 from pelengine.model.commands import CommandError
-from pelengine.model.ids import StreamID, format_id, to_signed
+from pelengine.model.ids import StreamID, format_id, to_bigint
 from pelengine.model.state import (
     INVALID_ENTRIES_READ,
     Consumer,
@@ -440,8 +440,8 @@ def id_columns(entry_id: StreamID) -> Row:
     """An entry ID the three ways the tables carry it: "ms-seq", ms and seq."""
     return {
         "id": format_id(entry_id),
-        "id_ms": to_signed(entry_id.ms),
-        "id_seq": to_signed(entry_id.seq),
+        "id_ms": to_bigint(entry_id.ms),
+        "id_seq": to_bigint(entry_id.seq),
     }
 
 

@@ -859,8 +859,6 @@ SCENARIOS: list[Scenario] = [
             "XGROUP CREATE t g 0",
             "XREADGROUP GROUP g c1 STREAMS t >",
         ],
-        xfail="contract question: id_ms is BIGINT, the server's ms can be up to 2^64-1; the "
-        "model writes ms >= 2^63 as negative (two's complement), which also breaks ordering",
     ),
     Scenario(
         "number_and_id_parsing_quirks",

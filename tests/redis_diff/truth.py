@@ -45,9 +45,18 @@ def stream_keys(client: redis.Redis) -> list[str]:
             return sorted(keys)
 
 
+BIGINT_MAX = (1 << 63) - 1
+
+
 def _id_cols(text: str) -> dict[str, Any]:
+    """The server's ID, in the contract's columns: a part beyond BIGINT is null there
+    (outputs.md types id_ms/id_seq as BIGINT; the id string carries the exact value)."""
     ms, seq = parse_id(text)
-    return {"id": text, "id_ms": ms, "id_seq": seq}
+    return {
+        "id": text,
+        "id_ms": ms if ms <= BIGINT_MAX else None,
+        "id_seq": seq if seq <= BIGINT_MAX else None,
+    }
 
 
 def read_stream(
