@@ -42,10 +42,11 @@ from pelengine.model.state import (
 )
 
 if TYPE_CHECKING:
-    from pelengine.model.replay import Call, Replayer
+    from pelengine.model.replay import BlockedRead, Call, Replayer
 
 
 LISTPACK_MAX_SIZE = 1 << 30
+BLOCKED_DEFAULT_COUNT = 1000  # 7.0 serves a blocked reader without COUNT this many entries
 
 
 class CommandError(Exception):
@@ -367,6 +368,7 @@ def xadd(r: Replayer, call: Call) -> None:
     if stream.length == 1:
         stream.first_id = new_id
     call.result = new_id
+    r.signal(call.db, key)
     if args.strategy is not None:
         _trim(r, call, stream, args)
 
@@ -504,9 +506,11 @@ def xreadgroup(r: Replayer, call: Call) -> None:
     Side effects: 7.0 creates the consumer and refreshes its seen time only on
     a stream that is served (a history read, or a ``>`` read with entries after
     last_id); 7.2+ does so on every call, and sets active time on ``>``
-    deliveries that create PEL entries. A read that would block has no effect
-    here (blocked clients are served by later writes only in the command-log
-    engine).
+    deliveries that create PEL entries.
+
+    With BLOCK, a call that serves nothing (outside MULTI) blocks its client
+    until a later write to one of its keys serves it (see ``Replayer.block``),
+    its timeout passes (``BLOCK 0``: never) or the client sends something else.
     """
     argv = call.argv
     argc = len(argv)
@@ -514,6 +518,7 @@ def xreadgroup(r: Replayer, call: Call) -> None:
     consumer_name = ""
     count = 0
     noack = False
+    block_ms: int | None = None
     streams_arg = 0
     i = 1
     while i < argc:
@@ -526,6 +531,7 @@ def xreadgroup(r: Replayer, call: Call) -> None:
                 raise CommandError("not_an_integer")
             if timeout < 0:
                 raise CommandError("out_of_range")
+            block_ms = timeout
         elif low == "count" and moreargs:
             i += 1
             count = max(_ll(argv[i]), 0)
@@ -560,6 +566,7 @@ def xreadgroup(r: Replayer, call: Call) -> None:
         else:
             given = _strict_id(id_text)
             targets.append((key, stream, group, None if given == MAX_ID else given))
+    served = False
     for key, stream, group, gt in targets:
         eager = r.profile.eager_consumers
         if gt is not None:
@@ -567,6 +574,7 @@ def xreadgroup(r: Replayer, call: Call) -> None:
             consumer.seen_time = call.now
             start = incr_id(gt) or ZERO_ID
             _serve_history(r, call, key, stream, group, consumer, start, count)
+            served = True
             continue
         serve = stream.length > 0 and stream.entries[-1] > group.last_id
         if eager or serve:
@@ -574,6 +582,31 @@ def xreadgroup(r: Replayer, call: Call) -> None:
             consumer.seen_time = call.now
             if serve:
                 _serve_new(r, call, key, stream, group, consumer, count, noack)
+                served = True
+    if not served and block_ms is not None and not r.in_transaction(call.client):
+        r.block(call, keys, group_name, consumer_name, count, noack, block_ms)
+
+
+def serve_blocked_7_0(r: Replayer, call: Call, key: str, blocked: BlockedRead) -> bool:
+    """Redis 7.0 serving a reader blocked on ``key`` after the key was signalled.
+
+    Returns True when the reader is unblocked: served (entries after the group's
+    last_id; COUNT or 1000 of them; consumer created or its seen time refreshed
+    now), or ended because the key is gone, is no stream, or lost the group.
+    """
+    value = r.lookup_any(call.db, key)
+    if not isinstance(value, Stream):
+        return True
+    group = value.groups.get(blocked.group)
+    if group is None:
+        return True
+    if value.last_id <= group.last_id:
+        return False
+    consumer = _get_or_create_consumer(r, group, blocked.consumer, call.now)
+    consumer.seen_time = call.now
+    count = blocked.count or BLOCKED_DEFAULT_COUNT
+    _serve_new(r, call, key, value, group, consumer, count, blocked.noack)
+    return True
 
 
 # --------------------------------------------------------------------------
@@ -890,6 +923,7 @@ def xgroup(r: Replayer, call: Call) -> None:
         if group is not None:
             r.close_group(call, call.db, key, group, "group_destroyed")
             del stream.groups[group_name]
+            r.signal(call.db, key)
     elif sub == "createconsumer":
         assert group is not None
         if argv[4] not in group.consumers:

@@ -72,6 +72,9 @@ class Call:
     command: str
     result: Any = None
     touched_stream: bool = False
+    # the command whose request this is: differs from ``seq`` for a blocked read
+    # served during a later command
+    request_seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,22 @@ class Outcome:
 
     kind: str
     error: str | None = None
+
+
+@dataclass
+class BlockedRead:
+    """A client waiting in ``XREADGROUP ... BLOCK`` for one of its keys."""
+
+    seq: int
+    client: str | None
+    db: int
+    argv: list[str]
+    keys: list[str]
+    group: str
+    consumer: str
+    count: int
+    noack: bool
+    deadline: int | None  # ms; None for BLOCK 0 (forever)
 
 
 Handler = Callable[["Replayer", Call], None]
@@ -162,6 +181,9 @@ class Replayer:
         self._changes: list[Row] = []
         # open MULTI blocks per client -> the unit's "now" (None until its first command)
         self._units: dict[str | None, int | None] = {}
+        # blocked readers in the order they blocked, and keys signalled as ready
+        self._blocked: list[BlockedRead] = []
+        self._ready: dict[tuple[int, str], None] = {}
         self._closed: list[tuple[int, str, str, StreamID, DeliveryRecord]] = []
 
     # -- applying commands -------------------------------------------------
@@ -180,6 +202,8 @@ class Replayer:
         counters.commands[name] = counters.commands.get(name, 0) + 1
         self.last_seq = seq
         self.last_ts_ms = ts_ms
+        if self._blocked:
+            self._end_waits(ts_ms, client)
         if name == "MULTI":
             self._units[client] = None
         elif name in ("EXEC", "DISCARD"):
@@ -210,7 +234,10 @@ class Replayer:
         call = Call(seq, ts_ms, db or 0, client, list(argv), name)
         try:
             handler(self, call)
+            if self._ready:
+                self._serve_ready(call)
         except CommandError as exc:
+            self._ready.clear()
             if not is_stream or (name in KEYSPACE_COMMANDS and exc.kind == "no_such_key"):
                 counters.ignored += 1
                 return Outcome("ignored")
@@ -245,16 +272,19 @@ class Replayer:
     def create_stream(self, db: int, key: str) -> Stream:
         stream = Stream()
         self.keys[(db, key)] = stream
+        self.signal(db, key)
         return stream
 
     def set_other(self, db: int, key: str, type_name: str) -> None:
         self.keys[(db, key)] = OtherValue(type_name)
+        self.signal(db, key)
 
     def delete_key(self, call: Call, db: int, key: str) -> None:
         """Remove a key; a stream's pending entries close as ``key_deleted``."""
         value = self.keys.pop((db, key), None)
         if isinstance(value, Stream):
             call.touched_stream = True
+            self.signal(db, key)
             for group in value.groups.values():
                 self.close_group(call, db, key, group, "key_deleted")
 
@@ -262,12 +292,99 @@ class Replayer:
         value = self.keys.pop((db, src))
         if isinstance(value, Stream):
             call.touched_stream = True
+            self.signal(db, src)
         self.keys[(db, dst)] = value
+        self.signal(db, dst)
 
     def flush(self, call: Call, db: int | None) -> None:
         """Remove every key of ``db`` (None: of every db)."""
         for key_db, key in [k for k in self.keys if db is None or k[0] == db]:
             self.delete_key(call, key_db, key)
+
+    # -- blocked readers -------------------------------------------------------
+
+    def in_transaction(self, client: str | None) -> bool:
+        """Whether ``client`` is inside MULTI (where a read may not block)."""
+        return client in self._units
+
+    def block(
+        self,
+        call: Call,
+        keys: list[str],
+        group: str,
+        consumer: str,
+        count: int,
+        noack: bool,
+        timeout_ms: int,
+        deadline: int | None = None,
+    ) -> None:
+        """Put the calling client in the wait queue of its keys (after those already there)."""
+        if deadline is None and timeout_ms:
+            deadline = call.now + timeout_ms
+        self._blocked.append(
+            BlockedRead(
+                call.request_seq if call.request_seq is not None else call.seq,
+                call.client,
+                call.db,
+                list(call.argv),
+                list(keys),
+                group,
+                consumer,
+                count,
+                noack,
+                deadline,
+            )
+        )
+
+    def signal(self, db: int, key: str) -> None:
+        """A write that may serve readers blocked on ``key`` (Redis' signalKeyAsReady)."""
+        if self._blocked:
+            self._ready[(db, key)] = None
+
+    def blocked_clients(self) -> list[BlockedRead]:
+        """The readers still waiting, in the order they blocked."""
+        return list(self._blocked)
+
+    def _end_waits(self, now: int, client: str | None) -> None:
+        """Before a command: waits past their timeout end, and so does the wait of the
+        command's own client (a blocked connection sends nothing)."""
+        self._blocked = [
+            b
+            for b in self._blocked
+            if (b.deadline is None or b.deadline >= now) and (client is None or b.client != client)
+        ]
+
+    def _serve_ready(self, trigger: Call) -> None:
+        """After a command: serve, in blocking order, the readers of every signalled key."""
+        while self._ready:
+            db, key = next(iter(self._ready))
+            del self._ready[(db, key)]
+            for blocked in [b for b in self._blocked if b.db == db and key in b.keys]:
+                if blocked not in self._blocked:
+                    continue
+                call = Call(
+                    trigger.seq,
+                    trigger.now,
+                    db,
+                    blocked.client,
+                    blocked.argv,
+                    "XREADGROUP",
+                    request_seq=blocked.seq,
+                )
+                if not self.profile.eager_consumers:
+                    if cmd.serve_blocked_7_0(self, call, key, blocked):
+                        self._blocked.remove(blocked)
+                    continue
+                # 7.2+: the blocked command runs again; it blocks again (behind the
+                # others) when it still finds nothing, keeping its deadline.
+                self._blocked.remove(blocked)
+                before = len(self._blocked)
+                try:
+                    cmd.xreadgroup(self, call)
+                except CommandError:
+                    continue
+                if len(self._blocked) > before:
+                    self._blocked[-1].deadline = blocked.deadline
 
     # -- history -------------------------------------------------------------
 
@@ -321,6 +438,7 @@ class Replayer:
                     "group": group.name,
                     **id_columns(entry_id),
                     "seq": call.seq,
+                    "request_seq": call.seq if call.request_seq is None else call.request_seq,
                     "ts_ms": call.now,
                     "command": call.command,
                     "change": change,

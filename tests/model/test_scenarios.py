@@ -1429,26 +1429,7 @@ def test_shared(scenario: Scenario, profile: str) -> None:
     _check(scenario, profile)
 
 
-# Serving blocked reads from later writes is issue #3 ("Command logs, exactly:
-# blocking reads"); until then a read that would block has no effect. Strict:
-# these turn into failures as soon as the feature works, so the mark must go.
-AWAITING_ISSUE_3 = {"blocked_read_is_served_by_a_later_xadd"}
-
-
-def _versioned_param(scenario: Scenario) -> object:
-    if scenario.name.split("[")[0] in AWAITING_ISSUE_3:
-        return pytest.param(
-            scenario,
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue #3: blocked XREADGROUP served by a later XADD"
-            ),
-        )
-    return scenario
-
-
-@pytest.mark.parametrize(
-    "scenario", [_versioned_param(s) for s in VERSIONED], ids=[s.name for s in VERSIONED]
-)
+@pytest.mark.parametrize("scenario", VERSIONED, ids=[s.name for s in VERSIONED])
 def test_versioned(scenario: Scenario) -> None:
     assert scenario.profile is not None
     _check(scenario, scenario.profile)

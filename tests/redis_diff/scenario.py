@@ -129,7 +129,9 @@ class _BlockedCall:
         return record
 
 
-def _wait_blocked(main: redis.Redis, blocked: _BlockedCall, timeout_s: float = 2.0) -> None:
+def _wait_blocked(
+    main: redis.Redis, blocked: _BlockedCall, expected: int = 1, timeout_s: float = 2.0
+) -> None:
     """Return once the server holds the call blocked (or has already answered it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -137,7 +139,7 @@ def _wait_blocked(main: redis.Redis, blocked: _BlockedCall, timeout_s: float = 2
             return  # served at once (or failed)
         info = main.execute_command("INFO", "clients")
         for line in str(info).splitlines():
-            if line.startswith("blocked_clients:") and int(line.split(":")[1]) >= 1:
+            if line.startswith("blocked_clients:") and int(line.split(":")[1]) >= expected:
                 return
         time.sleep(0.001)
     raise TimeoutError(f"{blocked.argv} neither blocked nor answered")
@@ -180,7 +182,7 @@ def run_scenario(server: RedisServer, scenario: Scenario, star_mode: str = "keep
                 side.append(client)
                 rec = Recorder(client, step.db, counter, star_mode=star_mode)
                 call = _BlockedCall(client, rec, _argv(step.argv))
-                _wait_blocked(main.client, call)
+                _wait_blocked(main.client, call, expected=len(blocked) + 1)
                 blocked.append(call)
                 continue
             if isinstance(step, AwaitBlocked):
