@@ -255,8 +255,53 @@ def route_events(spark: SparkSession, valid: DataFrame, profile: str) -> DataFra
     return valid.mapInArrow(make_router(profile, families), out_schema)
 
 
+def activity_markers(routed: DataFrame) -> DataFrame | None:
+    """Markers telling a family that a client blocked there sent a command elsewhere.
+
+    A blocked connection sends nothing: a client's next command ends its wait,
+    even when that command touches keys of another family. Every command of a
+    client that ever blocked in a family, and that does not reach that family
+    itself, sends it a ``marker`` row (same seq and time, no effect but that).
+    """
+    blocks = F.exists("argv", lambda a: F.upper(a) == "BLOCK")
+    waits = (
+        routed.filter((F.col("command") == "XREADGROUP") & F.col("client").isNotNull() & blocks)
+        .select("client", F.col("db").alias("m_db"), F.explode("families").alias("m_family"))
+        .distinct()
+    )
+    if waits.limit(1).count() == 0:
+        return None
+    same_db = F.col("db") == F.col("m_db")
+    reaches = (
+        ((F.col("scope") == "keys") & same_db & F.array_contains("families", F.col("m_family")))
+        | (F.col("scope") == "all")
+        | ((F.col("scope") == "db") & same_db)
+    )
+    return (
+        routed.join(F.broadcast(waits), "client")
+        .filter(~reaches)
+        .select(
+            "seq",
+            "ts_ms",
+            "argv",
+            F.col("m_db").alias("db"),
+            "client",
+            F.lit(False).alias("fanout"),
+            F.col("m_family").alias("family"),
+            F.lit(True).alias("marker"),
+        )
+    )
+
+
 def fan_out(routed: DataFrame) -> DataFrame:
-    """One row per (event, family) it must reach, flagged ``fanout`` when it reaches several."""
+    """One row per (event, family) it must reach, flagged ``fanout`` when it reaches several,
+    plus the activity markers of clients that block."""
+    rows = _fan_out_commands(routed).withColumn("marker", F.lit(False))
+    markers = activity_markers(routed)
+    return rows if markers is None else rows.unionByName(markers)
+
+
+def _fan_out_commands(routed: DataFrame) -> DataFrame:
     keyed = routed.filter(F.col("scope") == "keys").withColumn("fanout", F.size("families") > 1)
     per_family = keyed.select(
         "seq", "ts_ms", "argv", "db", "client", "fanout", F.explode("families").alias("family")

@@ -341,6 +341,12 @@ class Replayer:
         if self._blocked:
             self._ready[(db, key)] = None
 
+    def client_activity(self, ts_ms: int, client: str | None) -> None:
+        """``client`` sent a command this replay does not otherwise see (it touches
+        other keys): a blocked connection sends nothing, so its wait here is over."""
+        if self._blocked:
+            self._end_waits(ts_ms, client)
+
     def blocked_clients(self) -> list[BlockedRead]:
         """The readers still waiting, in the order they blocked."""
         return list(self._blocked)

@@ -129,13 +129,15 @@ def make_replay_function(
         fanout_outcomes: list[dict[str, Any]] = []
         for batch in batches:
             cols = batch.to_pydict()
-            for seq, ts_ms, argv, db, client, fanout in zip(
+            markers = cols.get("marker") or [False] * batch.num_rows
+            for seq, ts_ms, argv, db, client, fanout, marker in zip(
                 cols["seq"],
                 cols["ts_ms"],
                 cols["argv"],
                 cols["db"],
                 cols["client"],
                 cols["fanout"],
+                markers,
                 strict=True,
             ):
                 if last_seq is not None and seq <= last_seq:
@@ -144,6 +146,9 @@ def make_replay_function(
                         "arrive in seq order, the tables would be wrong"
                     )
                 last_seq = seq
+                if marker:
+                    replayer.client_activity(ts_ms, client)
+                    continue
                 outcome = replayer.apply(seq, ts_ms, argv, db, client)
                 if fanout:
                     replayer.counters.commands[command_name(argv)] -= 1

@@ -253,3 +253,31 @@ def test_7_4_commands_in_one_transaction_share_one_now(spark: SparkSession) -> N
         ids = sorted(r["last_entry_id"] for r in result.tables["streams"].collect())
         assert ids == ["120-0"], profile
         result.unpersist()
+
+
+def test_a_blocked_clients_command_elsewhere_ends_its_wait(spark: SparkSession) -> None:
+    read = ["XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "a", ">"]
+    rows = [
+        {"seq": 1, "ts_ms": 10, "argv": ["XGROUP", "CREATE", "a", "g", "$", "MKSTREAM"]},
+        {"seq": 2, "ts_ms": 11, "argv": ["XGROUP", "CREATE", "w", "g", "$", "MKSTREAM"]},
+        {"seq": 3, "ts_ms": 12, "argv": read, "client": "c1"},
+        {"seq": 4, "ts_ms": 13, "argv": [*read[:-2], "w", ">"], "client": "c2"},
+        {"seq": 5, "ts_ms": 14, "argv": ["XADD", "b", "1-1", "f", "v"], "client": "c1"},
+        {"seq": 6, "ts_ms": 15, "argv": ["GET", "x"], "client": "c2"},
+        {"seq": 7, "ts_ms": 16, "argv": ["XADD", "a", "2-1", "f", "v"], "client": "p"},
+        {"seq": 8, "ts_ms": 17, "argv": ["XADD", "w", "2-1", "f", "v"], "client": "p"},
+    ]
+    events = spark.createDataFrame(rows, EVENTS_SCHEMA)
+    result = reconstruct(spark, events)
+    # c1 sent XADD b (another family) and c2 sent GET after blocking: neither is served
+    assert result.tables["pel"].count() == 0
+    expected = Replayer("7.0")
+    for r in rows:
+        expected.apply(r["seq"], r["ts_ms"], r["argv"], 0, r.get("client"))
+    assert expected.snapshot(17, 8)["pel"] == []
+    # and without those two commands both readers are served by the writes
+    served = reconstruct(spark, events.filter("seq not in (5, 6)"))
+    got = sorted((p["key"], p["consumer"]) for p in served.tables["pel"].collect())
+    assert got == [("a", "c"), ("w", "c")]
+    result.unpersist()
+    served.unpersist()
