@@ -489,6 +489,20 @@ class DeltaWriter(DataSourceArrowWriter):
                 else None
             )
         )
+        if (
+            table is None
+            and "://" not in self.table_uri
+            and needs_only_base_protocol(self.data_schema_json)
+        ):
+            first_commit_local(
+                self.table_uri,
+                self.data_schema_json,
+                files,
+                (self.txn_app_id, self.txn_version)
+                if self.txn_app_id is not None and self.txn_version is not None
+                else None,
+            )
+            return
         if table is None:
             create_table_with_add_actions(
                 self.table_uri,
@@ -509,6 +523,77 @@ class DeltaWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _delete_files(self.table_uri, self.storage_options, [f.path for f in _files_of(messages)])
+
+
+def needs_only_base_protocol(schema_json: str) -> bool:
+    """Whether a table of this schema needs no table feature (reader 1 / writer 2).
+
+    timestamp_ntz needs the ``timestampNtz`` feature; such tables are created
+    the way delta-rs does it (which declares the feature).
+    """
+    return '"timestamp_ntz"' not in schema_json
+
+
+def first_commit_local(
+    table_path: str,
+    schema_json: str,
+    files: Sequence[AddedFile],
+    txn: tuple[str, int] | None,
+) -> None:
+    """Create a local table with its data in ONE commit (version 0).
+
+    delta-rs creates a table in one commit and adds the files in a second, so a
+    reader or a crash in between sees an empty table. Here the first log entry
+    (protocol, metadata, the files, the txn) is written aside and put in place
+    with ``os.link``, which fails if version 0 already exists: a concurrent
+    creator wins and this commit raises FileExistsError.
+    """
+    log_dir = os.path.join(table_path, "_delta_log")
+    os.makedirs(log_dir, exist_ok=True)
+    now = int(time.time() * 1000)
+    actions: list[dict[str, Any]] = [
+        {
+            "commitInfo": {
+                "timestamp": now,
+                "operation": "WRITE",
+                "operationParameters": {"mode": "ErrorIfExists"},
+                "engineInfo": "pelengine-embedded-delta",
+            }
+        },
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": schema_json,
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": now,
+            }
+        },
+    ]
+    actions += [
+        {
+            "add": {
+                "path": f.path,
+                "partitionValues": {},
+                "size": f.size,
+                "modificationTime": f.modification_time,
+                "dataChange": True,
+                "stats": json.dumps({"numRecords": f.num_records}),
+            }
+        }
+        for f in files
+    ]
+    if txn is not None:
+        actions.append({"txn": {"appId": txn[0], "version": txn[1], "lastUpdated": now}})
+    staged = os.path.join(table_path, f".pelengine-commit-{uuid.uuid4().hex}.json")
+    with open(staged, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n")
+    try:
+        os.link(staged, os.path.join(log_dir, "00000000000000000000.json"))
+    finally:
+        os.unlink(staged)
 
 
 def _files_of(messages: list[WriterCommitMessage | None]) -> list[AddedFile]:

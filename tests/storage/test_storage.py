@@ -433,3 +433,22 @@ def test_missing_table(spark: SparkSession, tmp_path: Path) -> None:
     assert not storage.table_exists(spark, path)
     with pytest.raises(Exception, match="No Delta table at"):
         storage.read_table(spark, path).collect()
+
+
+def test_new_table_is_created_with_its_data_in_one_commit(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "t")
+    df = spark.createDataFrame([(i, f"v{i}") for i in range(50)], "k long, v string")
+    storage.write_table(df.repartition(3), path, txn_app_id="night", txn_version=1)
+    table = DeltaTable(path)
+    # version 0 holds the data: no empty table is ever visible, even after a crash
+    assert table.version() == 0
+    assert len(table.history()) == 1
+    assert table.to_pyarrow_table().num_rows == 50
+    assert len(table.file_uris()) == 3
+    assert table.transaction_version("night") == 1
+    assert not [n for n in os.listdir(path) if n.startswith(".pelengine-commit-")]
+    # a rerun of the same night is skipped by the txn recorded in version 0
+    storage.write_table(df, path, txn_app_id="night", txn_version=1)
+    assert DeltaTable(path).version() == 0
