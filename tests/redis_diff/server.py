@@ -98,12 +98,23 @@ class RedisServer:
             return ""
 
 
-def start_server(binary: str | None = None, timeout_s: float = 10.0) -> RedisServer:
-    """Start a server with no persistence on a free port and wait until it answers PING."""
+def start_server(
+    binary: str | None = None,
+    timeout_s: float = 10.0,
+    extra_args: list[str] | tuple[str, ...] = (),
+    workdir: str | None = None,
+) -> RedisServer:
+    """Start a server with no persistence on a free port and wait until it answers PING.
+
+    ``extra_args`` are appended to the command line (a later option wins, e.g.
+    ``--appendonly yes``); ``workdir`` runs the server in an existing directory
+    (e.g. holding an ``appendonlydir`` to load), which is removed when it stops.
+    """
     binary = binary or find_binary()
     last_error: Exception | None = None
+    given_workdir = workdir
     for _attempt in range(5):  # the free port can be taken by someone else in between
-        workdir = tempfile.mkdtemp(prefix="pelengine-redis-")
+        workdir = given_workdir or tempfile.mkdtemp(prefix="pelengine-redis-")
         port = free_port()
         args = [
             binary,
@@ -123,6 +134,7 @@ def start_server(binary: str | None = None, timeout_s: float = 10.0) -> RedisSer
             workdir,
             "--logfile",
             os.path.join(workdir, "redis.log"),
+            *extra_args,
         ]
         process = subprocess.Popen(
             args, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -154,7 +166,8 @@ def start_server(binary: str | None = None, timeout_s: float = 10.0) -> RedisSer
         else:
             last_error = TimeoutError(f"redis-server on port {port} did not answer PING")
         _stop_process(process)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if given_workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
     raise RuntimeError(f"could not start redis-server ({binary}): {last_error}")
 
 

@@ -1,0 +1,66 @@
+"""Helpers of the AOF (effects log) differential tests.
+
+``aof_server()`` starts a 7.0 server that appends every write to a multi-part
+AOF (no RDB preamble, fsync always, so the files hold every reply's command);
+``loaded_copy(server)`` starts a FRESH server on a copy of that ``appendonlydir``
+(it loads the AOF); ``effects_truth`` reads its state without the consumers'
+seen times (a loading server sets them to its load time, events.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from tests.redis_diff.server import RedisServer, start_server, stop_server
+from tests.redis_diff.truth import read_truth
+
+AOF_ARGS = (
+    "--appendonly",
+    "yes",
+    "--aof-use-rdb-preamble",
+    "no",
+    "--appendfsync",
+    "always",
+    "--auto-aof-rewrite-percentage",
+    "0",
+)
+# the loading server times what the log does not carry itself
+NOT_IN_AN_AOF = {"ownership": ("seen_time_ms", "active_time_ms")}
+
+
+def aof_server(timestamps: bool = False) -> RedisServer:
+    args = AOF_ARGS + (("--aof-timestamp-enabled", "yes") if timestamps else ())
+    return start_server(extra_args=args)
+
+
+def aof_dir(server: RedisServer) -> str:
+    return os.path.join(server.workdir, "appendonlydir")
+
+
+def copy_aof(server: RedisServer) -> str:
+    """A new work dir holding a copy of the server's appendonlydir."""
+    workdir = tempfile.mkdtemp(prefix="pelengine-aof-copy-")
+    shutil.copytree(aof_dir(server), os.path.join(workdir, "appendonlydir"))
+    return workdir
+
+
+def loaded_truth(server: RedisServer, dbs: list[int] | None = None) -> dict[str, list[dict]]:
+    """The state of a fresh server that loaded a copy of ``server``'s AOF."""
+    workdir = copy_aof(server)
+    loaded = start_server(extra_args=AOF_ARGS, workdir=workdir)
+    try:
+        return effects_only(read_truth(loaded, dbs))
+    finally:
+        stop_server(loaded)
+
+
+def effects_only(truth: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """``truth`` without the columns an AOF cannot carry."""
+    out = {}
+    for table, rows in truth.items():
+        drop = NOT_IN_AN_AOF.get(table, ())
+        out[table] = [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    return out
