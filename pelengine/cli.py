@@ -102,6 +102,31 @@ def build_parser() -> argparse.ArgumentParser:
     summ = sub.add_parser("summary", parents=[common], help="print a summary of an output root")
     summ.add_argument("--out", required=True, metavar="PATH", help="output root of reconstruct")
 
+    ing = sub.add_parser(
+        "ingest-monitor",
+        parents=[common],
+        help="append a MONITOR capture (redis-cli MONITOR > FILE) to an events table",
+    )
+    ing.add_argument("file", metavar="FILE", help="MONITOR output, one command per line")
+    ing.add_argument("--events", required=True, metavar="PATH", help="events Delta table")
+    ing.add_argument(
+        "--overwrite", action="store_true", help="replace the table instead of appending to it"
+    )
+
+    aof = sub.add_parser(
+        "ingest-aof",
+        parents=[common],
+        help="append a Redis AOF (appendonlydir or appendonly.aof) to an events table",
+    )
+    aof.add_argument(
+        "source", metavar="SOURCE", help="appendonlydir, its manifest, or a legacy AOF file"
+    )
+    aof.add_argument("--events", required=True, metavar="PATH", help="events Delta table")
+    aof.add_argument(
+        "--state", metavar="PATH", help="ingest state table (default: <events>/_aof_ingest)"
+    )
+    aof.add_argument("--json", action="store_true", help="print the ingest report as JSON")
+
     demo = sub.add_parser(
         "demo", parents=[common], help="generate, reconstruct and summarize in one Spark session"
     )
@@ -147,6 +172,10 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError("--txn-app-id must not be empty")
         if _is_local(args.events) and not _local_path(args.events).exists():
             raise UsageError(f"--events {args.events}: no such path")
+    if args.command == "ingest-monitor" and not Path(args.file).is_file():
+        raise UsageError(f"{args.file}: no such file")
+    if args.command == "ingest-aof" and not os.path.exists(args.source):
+        raise UsageError(f"{args.source}: no such AOF file or directory")
     if args.command == "summary" and _is_local(args.out) and not _local_path(args.out).exists():
         raise UsageError(f"--out {args.out}: no such path")
 
@@ -208,6 +237,43 @@ def cmd_summary(
     return EXIT_OK
 
 
+def cmd_ingest_monitor(
+    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+) -> int:
+    """Parse a MONITOR capture and write its commands to the events table."""
+    from pelengine.spark.ingest_monitor_io import ingest_monitor
+
+    result = ingest_monitor(
+        spark, args.file, args.events, overwrite=args.overwrite, progress=progress
+    )
+    stats = result.stats
+    how = "appended" if result.appended else "wrote"
+    seqs = f" (seq {result.first_seq}..{result.last_seq})" if result.rows else ""
+    print(f"{how} {result.rows} events{seqs} to {args.events}: {stats.describe()}")
+    for lineno, text, why in stats.examples:
+        print(f"  not a command, line {lineno} ({why}): {text}")
+    return EXIT_OK
+
+
+def cmd_ingest_aof(
+    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+) -> int:
+    """Append what is new in an AOF to the events table (at most once)."""
+    from pelengine.ingest.aof import AofFormatError
+    from pelengine.spark.ingest_io import format_ingest_report, ingest_aof
+
+    try:
+        report = ingest_aof(spark, args.source, args.events, progress, state_path=args.state)
+    except AofFormatError as exc:
+        print(f"pelengine ingest-aof: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True, default=str))
+    else:
+        print(format_ingest_report(report))
+    return EXIT_OK
+
+
 def cmd_demo(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
@@ -237,6 +303,8 @@ COMMANDS: dict[str, Callable[[SparkSession, argparse.Namespace, Config, Progress
     "generate": cmd_generate,
     "summary": cmd_summary,
     "demo": cmd_demo,
+    "ingest-aof": cmd_ingest_aof,
+    "ingest-monitor": cmd_ingest_monitor,
 }
 
 

@@ -1,0 +1,1 @@
+"""Turn captured command logs into rows of the events table (``events.md``)."""

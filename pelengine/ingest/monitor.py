@@ -1,0 +1,220 @@
+"""Parse Redis ``MONITOR`` output into rows of the events table (a *command log*).
+
+A MONITOR line, as the server writes it (``replicationFeedMonitors``)::
+
+    1700000000.123456 [0 127.0.0.1:53012] "XADD" "s" "*" "f" "v"
+
+* ``seconds.micros`` — the server's clock when the line was fed to monitors,
+  which is right *after* the command ran. ``ts_ms`` is that time floored to the
+  millisecond. A command's own clock reads (an ``XADD *`` ID, a delivery time)
+  happen a few microseconds earlier, so when a millisecond ends between the two,
+  ``ts_ms`` is one millisecond later than the command's "now" (see the README).
+* ``[db client]`` — the logical db and the client: ``ip:port``, ``unix:/path``,
+  or ``lua`` for commands a script ran (``[0 lua]``).
+* the arguments, each double-quoted with ``sdscatrepr`` escapes: ``\\"``,
+  ``\\\\``, ``\\n``, ``\\r``, ``\\t``, ``\\a``, ``\\b`` and ``\\xHH`` (any other byte
+  that is not printable ASCII). ``\\xHH`` runs that form UTF-8 become those
+  characters; a byte that is not part of valid UTF-8 stays as the four
+  characters ``\\xHH`` (the events table holds strings; such arguments are rare).
+
+``redis-cli MONITOR`` adds nothing, but a raw RESP capture keeps the leading
+``+`` of the simple-string reply and the first line is the ``OK`` (``+OK``) that
+acknowledges MONITOR itself; both are handled. ``MULTI``/``EXEC`` appear as
+commands of their own (the queued commands appear when ``EXEC`` runs them,
+before the ``EXEC`` line). A blocking ``XREADGROUP`` appears once, when it is
+called; being served or timing out prints nothing. Administrative commands
+(``CONFIG``, ``DEBUG``, ...) never appear.
+
+Lines that are not commands are counted and the first few kept as examples;
+they never stop the parse. ``seq`` is the command's position in the capture
+(1, 2, ... after ``start_seq``), ``source`` is ``"monitor"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+SOURCE = "monitor"
+MAX_EXAMPLES = 5
+
+_HEAD = re.compile(r"\+?(\d+)\.(\d{1,6}) \[(\d+) ([^\]]*)\](?: |$)")
+_SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b", '"': '"', "\\": "\\"}
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+class MonitorParseError(ValueError):
+    """A line that is not a MONITOR command line (the message says why)."""
+
+
+@dataclass
+class MonitorCommand:
+    """One parsed command line."""
+
+    ts_us: int
+    db: int
+    client: str
+    argv: list[str]
+
+    @property
+    def ts_ms(self) -> int:
+        return self.ts_us // 1000
+
+
+@dataclass
+class ParseStats:
+    """What a parse saw: commands, acknowledgements, and lines that are not commands."""
+
+    lines: int = 0
+    commands: int = 0
+    acks: int = 0
+    blank: int = 0
+    bad: int = 0
+    examples: list[tuple[int, str, str]] = field(default_factory=list)  # (line no, text, why)
+    # seqs of ``XADD ... *`` rows whose ID millisecond the capture cannot pin down: the
+    # line before is from an earlier millisecond (or there is none), so the ms may have
+    # ticked between the command's own clock read and the line's timestamp
+    star_uncertain: list[int] = field(default_factory=list)
+
+    def note_bad(self, lineno: int, text: str, why: str) -> None:
+        self.bad += 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append((lineno, text if len(text) <= 200 else text[:197] + "...", why))
+
+    def describe(self) -> str:
+        out = f"{self.commands} commands from {self.lines} lines"
+        if self.acks:
+            out += f", {self.acks} OK line(s)"
+        if self.bad:
+            out += f", {self.bad} line(s) that are not commands (skipped)"
+        if self.star_uncertain:
+            out += (
+                f", {len(self.star_uncertain)} XADD '*' row(s) right after a millisecond"
+                " boundary (their ID's ms may be one less than ts_ms)"
+            )
+        return out
+
+
+def _unquote(text: str, pos: int) -> tuple[str, int]:
+    """The argument starting at ``text[pos] == '"'``: (value, position after it)."""
+    out: list[str] = []
+    pending: bytearray = bytearray()  # \xHH bytes, decoded together (UTF-8 sequences)
+    i = pos + 1
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\" and i + 1 < n:
+            nxt = text[i + 1]
+            if nxt == "x" and i + 3 < n and text[i + 2] in _HEX and text[i + 3] in _HEX:
+                pending.append(int(text[i + 2 : i + 4], 16))
+                i += 4
+                continue
+            if pending:
+                out.append(pending.decode("utf-8", "backslashreplace"))
+                pending.clear()
+            if nxt in _SIMPLE_ESCAPES:
+                out.append(_SIMPLE_ESCAPES[nxt])
+                i += 2
+                continue
+            raise MonitorParseError(f"unknown escape \\{nxt} at column {i + 1}")
+        if pending:
+            out.append(pending.decode("utf-8", "backslashreplace"))
+            pending.clear()
+        if ch == '"':
+            return "".join(out), i + 1
+        out.append(ch)
+        i += 1
+    raise MonitorParseError("unterminated quoted argument")
+
+
+def parse_line(line: str) -> MonitorCommand:
+    """Parse one MONITOR command line (without its line ending); raise MonitorParseError."""
+    m = _HEAD.match(line)
+    if m is None:
+        raise MonitorParseError("no 'seconds.micros [db client]' prefix")
+    sec, frac, db, client = m.groups()
+    ts_us = int(sec) * 1_000_000 + int(frac.ljust(6, "0"))
+    argv: list[str] = []
+    pos = m.end()
+    n = len(line)
+    while pos < n:
+        if line[pos] != '"':
+            raise MonitorParseError(f"expected '\"' at column {pos + 1}")
+        value, pos = _unquote(line, pos)
+        argv.append(value)
+        if pos < n:
+            if line[pos] != " ":
+                raise MonitorParseError(f"expected a space at column {pos + 1}")
+            pos += 1
+            if pos == n:
+                raise MonitorParseError("trailing space")
+    if not argv:
+        raise MonitorParseError("no command")
+    return MonitorCommand(ts_us=ts_us, db=int(db), client=client, argv=argv)
+
+
+def _strip_eol(raw: str) -> str:
+    return raw.rstrip("\r\n")
+
+
+def iter_commands(
+    lines: Iterable[str], stats: ParseStats | None = None
+) -> Iterator[MonitorCommand]:
+    """Commands of a capture in line order; other lines are counted in ``stats``."""
+    stats = stats if stats is not None else ParseStats()
+    for lineno, raw in enumerate(lines, start=1):
+        stats.lines += 1
+        line = _strip_eol(raw)
+        if not line.strip():
+            stats.blank += 1
+            continue
+        if line.strip() in ("OK", "+OK"):
+            stats.acks += 1
+            continue
+        try:
+            cmd = parse_line(line)
+        except MonitorParseError as exc:
+            stats.note_bad(lineno, line, str(exc))
+            continue
+        stats.commands += 1
+        yield cmd
+
+
+def iter_rows(
+    lines: Iterable[str], start_seq: int = 1, stats: ParseStats | None = None
+) -> Iterator[dict[str, Any]]:
+    """Events rows (``seq, ts_ms, argv, db, client, source``); ``seq`` counts from ``start_seq``."""
+    stats = stats if stats is not None else ParseStats()
+    prev_ms: int | None = None
+    for seq, cmd in enumerate(iter_commands(lines, stats), start=start_seq):
+        ts_ms = cmd.ts_ms
+        if (
+            (prev_ms is None or prev_ms < ts_ms)
+            and cmd.argv[0].upper() == "XADD"
+            and "*" in cmd.argv[2:]
+        ):
+            stats.star_uncertain.append(seq)
+        prev_ms = ts_ms
+        yield {
+            "seq": seq,
+            "ts_ms": ts_ms,
+            "argv": cmd.argv,
+            "db": cmd.db,
+            "client": cmd.client,
+            "source": SOURCE,
+        }
+
+
+def open_capture(path: str) -> TextIO:
+    """Open a capture file (MONITOR output is ASCII; a stray byte becomes U+FFFD)."""
+    return open(path, encoding="utf-8", errors="replace", newline="")
+
+
+def parse_file(path: str, start_seq: int = 1) -> tuple[list[dict[str, Any]], ParseStats]:
+    """All rows of a capture file and the parse statistics."""
+    stats = ParseStats()
+    with open_capture(path) as fh:
+        rows = list(iter_rows(fh, start_seq, stats))
+    return rows, stats

@@ -1,0 +1,92 @@
+"""Write a MONITOR capture (:mod:`pelengine.ingest.monitor`) as rows of the events Delta table.
+
+The rows are packed into Arrow batches the same way as the generator's
+(:func:`pelengine.spark.generate_io.rows_to_batches`) and handed to Spark as one
+Arrow table. Appending to an existing table continues ``seq`` after its largest
+``seq``, so several captures taken one after the other form one command order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from pelengine.ingest.monitor import ParseStats, iter_rows, open_capture
+from pelengine.spark.generate_io import CHUNK_ROWS, EVENTS_ARROW_SCHEMA, rows_to_batches
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass
+class IngestResult:
+    """What one ingest wrote: rows, their seq range, and the parse statistics."""
+
+    rows: int
+    first_seq: int | None
+    last_seq: int | None
+    appended: bool
+    stats: ParseStats
+
+
+def next_seq(spark: SparkSession, events_path: str) -> int | None:
+    """One past the largest ``seq`` of the events table; None when there is no table."""
+    from pyspark.sql import functions as F
+
+    from pelengine.storage import read_table, table_exists
+
+    if not table_exists(spark, events_path):
+        return None
+    top = read_table(spark, events_path).agg(F.max("seq").alias("m")).collect()[0]["m"]
+    return 1 if top is None else int(top) + 1
+
+
+def capture_arrow_table(
+    capture_path: str, start_seq: int, stats: ParseStats, chunk_rows: int = CHUNK_ROWS
+) -> pa.Table:
+    """The capture's commands as one Arrow table with the events schema."""
+    with open_capture(capture_path) as fh:
+        batches = list(rows_to_batches(iter_rows(fh, start_seq, stats), chunk_rows))
+    return pa.Table.from_batches(batches, schema=EVENTS_ARROW_SCHEMA)
+
+
+def ingest_monitor(
+    spark: SparkSession,
+    capture_path: str,
+    events_path: str,
+    *,
+    overwrite: bool = False,
+    progress: Callable[[str], None] = _quiet,
+) -> IngestResult:
+    """Parse ``capture_path`` and write its commands to the events table at ``events_path``.
+
+    Without ``overwrite`` an existing table is appended to (``seq`` continues after
+    its maximum); a missing table is created.
+    """
+    from pelengine.spark.schemas import EVENTS_SCHEMA
+    from pelengine.storage import write_table
+
+    start = None if overwrite else next_seq(spark, events_path)
+    appended = start is not None
+    stats = ParseStats()
+    progress(f"parsing {capture_path}")
+    table = capture_arrow_table(capture_path, start or 1, stats)
+    n = table.num_rows
+    first = start or 1
+    progress(f"{stats.describe()}; writing {n:,} events to {events_path}")
+    df = spark.createDataFrame(table, schema=EVENTS_SCHEMA)
+    write_table(df, events_path, mode="append" if appended else "overwrite")
+    return IngestResult(
+        rows=n,
+        first_seq=first if n else None,
+        last_seq=first + n - 1 if n else None,
+        appended=appended,
+        stats=stats,
+    )

@@ -1,0 +1,340 @@
+"""MONITOR as the log: capture everything the server runs, align it with what the test sent.
+
+``MonitorCapture`` opens a raw socket, sends ``MONITOR`` and writes every line
+the server pushes (the ``+OK`` and the ``+<time> [db client] "cmd" ...`` simple
+strings, exactly as received) to a file from a thread. ``stop()`` drains it: it
+sends a marker ``ECHO`` on another connection and returns only once the
+marker's line reached the file, so every command sent before is in it.
+
+The events rows then come from that file through ``pelengine.ingest.monitor``
+alone. ``align`` pairs each captured command with the test's own record of it
+(same client address, same argv, in order) only to borrow what the *server
+answered* (the judge of each command's outcome) and the ``TIME`` after it (for
+checkpoints); the rows replayed are the capture's.
+
+``run_blocking_phase`` adds what the random workload has little of: several
+consumers blocked at once on the same stream, each on its own connection, with
+``BLOCK 0``, long timeouts that a later ``XADD`` beats, and short timeouts that
+expire first; the writes are ``XADD *``, some with ``MAXLEN ~``/``MINID ~``.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pelengine.ingest.monitor import ParseStats, parse_file
+from tests.redis_diff.capture import Record, Recorder, SeqCounter
+from tests.redis_diff.harness import UNJUDGED
+from tests.redis_diff.scenario import _BlockedCall, _wait_blocked
+from tests.redis_diff.server import RedisServer
+
+
+class MonitorCapture:
+    """A MONITOR connection writing every line it receives to ``path``."""
+
+    def __init__(self, server: RedisServer, path: Path) -> None:
+        self.server = server
+        self.path = path
+        self._sock = socket.create_connection((server.host, server.port), timeout=10)
+        self._sock.sendall(b"MONITOR\r\n")
+        self._file = path.open("wb")
+        self._buf = b""
+        self._seen = threading.Condition()
+        self._last_line = b""
+        self._lines = 0
+        self._stop = False
+        self._error: BaseException | None = None
+        self._sock.settimeout(0.2)
+        self._thread = threading.Thread(target=self._pump, name="monitor-capture", daemon=True)
+        self._thread.start()
+        self._wait_for(lambda line: line.startswith(b"+OK"), "the +OK of MONITOR")
+
+    def _pump(self) -> None:
+        try:
+            while not self._stop:
+                try:
+                    chunk = self._sock.recv(1 << 16)
+                except TimeoutError:
+                    continue
+                if not chunk:
+                    break
+                self._file.write(chunk)
+                self._buf += chunk
+                *lines, self._buf = self._buf.split(b"\r\n")
+                if lines:
+                    with self._seen:
+                        self._lines += len(lines)
+                        self._last_line = lines[-1]
+                        self._recent = lines
+                        self._seen.notify_all()
+        except BaseException as exc:  # surfaced by stop()
+            self._error = exc
+        finally:
+            self._file.flush()
+
+    def _wait_for(self, predicate: Any, what: str, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        with self._seen:
+            while not any(predicate(line) for line in getattr(self, "_recent", [])):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._error is not None:
+                    raise TimeoutError(f"MONITOR capture: {what} never arrived ({self._error})")
+                self._seen.wait(left)
+
+    def stop(self) -> Path:
+        """Drain (a marker ECHO must come through), close, and return the file's path."""
+        marker = f"pelengine-monitor-drain-{uuid.uuid4().hex}"
+        with self.server.client() as c:
+            c.execute_command("ECHO", marker)
+        self._wait_for(lambda line: marker.encode() in line, f"the drain marker {marker}")
+        self._stop = True
+        self._thread.join(5)
+        self._sock.close()
+        self._file.close()
+        if self._error is not None:
+            raise self._error
+        return self.path
+
+
+# ------------------------------------------------------------------------------ alignment
+
+
+@dataclass
+class Aligned:
+    """The capture's rows as judged records, and what the alignment saw."""
+
+    records: list[Record]
+    rows: list[dict[str, Any]]
+    stats: ParseStats
+    seq_of: dict[int, int]  # the test's record seq -> the capture's seq
+    unmatched_test_records: list[Record] = field(default_factory=list)
+    star_xadds: int = 0
+    star_ms_later: list[str] = field(default_factory=list)  # XADD '*' whose ts_ms > ID ms
+    star_ms_later_seqs: list[int] = field(default_factory=list)
+
+
+def _match(events: list[dict[str, Any]], mine: list[Record]) -> list[tuple[int, int]]:
+    """Greedy in-order pairs (event index, record index): a record the capture skips must
+    be one the server refused before running it (arity, unknown command)."""
+    pairs = []
+    p = 0
+    for i, row in enumerate(events):
+        q = p
+        while q < len(mine) and mine[q].sent != row["argv"] and mine[q].error is not None:
+            q += 1
+        if q < len(mine) and mine[q].sent == row["argv"]:
+            pairs.append((i, q))
+            p = q + 1
+    return pairs
+
+
+def align(capture: Path, sent: Iterable[Record]) -> Aligned:
+    """Parse the capture and pair its commands with the test's records of them.
+
+    Each capture row becomes a ``Record`` with the capture's seq/ts_ms/argv/db/client;
+    the reply/error/note/ts_after_ms come from the test's record of the same
+    command when there is one; the others (probes, TIME, truth reads, the FLUSHDB
+    and any voided attempt of ``run_workload``) are ``UNJUDGED``: their effect is
+    judged by the tables only.
+    A test record that is not in the capture must be one the server refused before
+    running it (arity, unknown command): MONITOR never shows those.
+
+    The test's records name a connection by ``CLIENT INFO``; a redis-py pipeline may
+    run on another pooled connection, so each recorder's commands are matched to the
+    captured client that shows most of them.
+    """
+    rows, stats = parse_file(str(capture))
+    groups: dict[str | None, list[Record]] = {}
+    for rec in sorted(sent, key=lambda r: r.seq):
+        groups.setdefault(rec.client, []).append(rec)
+    events: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        events.setdefault(row["client"], []).append(i)
+    pairs: dict[int, Record] = {}
+    taken: set[str] = set()
+    out = Aligned(records=[], rows=rows, stats=stats, seq_of={})
+    for name, mine in sorted(groups.items(), key=lambda g: -len(g[1])):
+        best: tuple[int, int, str, list[tuple[int, int]]] | None = None
+        for client, idx in events.items():
+            if client in taken:
+                continue
+            got = _match([rows[i] for i in idx], mine)
+            score = (len(got), client == name)
+            if best is None or score > best[:2]:
+                best = (score[0], score[1], client, got)
+        matched: set[int] = set()
+        if best is not None and best[0]:
+            taken.add(best[2])
+            idx = events[best[2]]
+            for i, q in best[3]:
+                pairs[idx[i]] = mine[q]
+                matched.add(q)
+        out.unmatched_test_records += [r for q, r in enumerate(mine) if q not in matched]
+    for i, row in enumerate(rows):
+        match = pairs.get(i)
+        rec = Record(
+            seq=row["seq"],
+            db=row["db"],
+            client=row["client"],
+            sent=list(row["argv"]),
+            argv=list(row["argv"]),
+            reply=match.reply if match else None,
+            error=match.error if match else None,
+            ts_ms=row["ts_ms"],
+            ts_after_ms=max(row["ts_ms"], match.ts_after_ms) if match else row["ts_ms"],
+            note=match.note if match else UNJUDGED,
+        )
+        out.records.append(rec)
+        if match is not None:
+            out.seq_of[match.seq] = rec.seq
+            argv = match.sent
+            if argv[0].upper() == "XADD" and "*" in argv[2:] and isinstance(match.reply, str):
+                out.star_xadds += 1
+                id_ms = int(match.reply.split("-", 1)[0])
+                if id_ms < rec.ts_ms:
+                    out.star_ms_later.append(
+                        f"{match.describe()} || capture seq {rec.seq} ts_ms {rec.ts_ms}"
+                    )
+                    out.star_ms_later_seqs.append(rec.seq)
+    return out
+
+
+# ------------------------------------------------------------------------- blocked readers
+
+
+BLOCK_KEYS = ("b0", "b1")
+BLOCK_GROUPS = ("bg0", "bg1")
+
+
+def run_blocking_phase(
+    server: RedisServer, seed: int, db: int, rounds: int = 4, counter: SeqCounter | None = None
+) -> list[Record]:
+    """Rounds of 2-4 readers blocked at once (each on its own connection), then XADD '*'s.
+
+    Every round: the groups are caught up (plain reads), the readers block
+    (``BLOCK 0``, ``BLOCK 5000`` that a write beats, ``BLOCK 60`` that expires
+    250 ms before any write), then ``XADD *`` (some with ``MAXLEN ~``/``MINID ~``)
+    until every reader that did not time out was served. Returns every record.
+    """
+    rng = random.Random(seed * 7919 + 17)
+    counter = counter or SeqCounter(1_000_000)
+    main_client = server.client(db)
+    main = Recorder(main_client, db, counter, star_mode="keep")
+    side: list[Any] = []
+    records: list[Record] = []
+    try:
+        ids: list[str] = []
+        # a few internal nodes' worth of entries, so '~' trimming has whole nodes to drop
+        for i in range(rng.randint(150, 260)):
+            rec = main.run(["XADD", "b0", "*", "f", f"p{i}"], star_index=2)
+            if isinstance(rec.reply, str):
+                ids.append(rec.reply)
+        for key in BLOCK_KEYS:
+            for group in BLOCK_GROUPS:
+                main.run(["XGROUP", "CREATE", key, group, "$", "MKSTREAM"])
+        added = 0
+        for _round in range(rounds):
+            for key in BLOCK_KEYS:
+                for group in BLOCK_GROUPS:
+                    main.run(
+                        ["XREADGROUP", "GROUP", group, "catchup", "COUNT", "1000"]
+                        + ["STREAMS", key, ">"]
+                    )
+            calls: list[tuple[_BlockedCall, int]] = []
+            for _ in range(rng.randint(2, 4)):
+                group = rng.choice(BLOCK_GROUPS)
+                keys = ["b0"] if rng.random() < 0.7 else ["b0", "b1"]
+                timeout = rng.choice([0, 0, 5000, 60])
+                argv = ["XREADGROUP", "GROUP", group, f"bc{rng.randint(0, 3)}"]
+                if rng.random() < 0.5:
+                    argv += ["COUNT", str(rng.choice([1, 2, 10]))]
+                argv += ["BLOCK", str(timeout), "STREAMS", *keys, *([">"] * len(keys))]
+                client = server.client(db)
+                side.append(client)
+                rec = Recorder(client, db, counter, star_mode="keep")
+                call = _BlockedCall(client, rec, argv)
+                _wait_blocked(main_client, call, expected=len(calls) + 1)
+                calls.append((call, timeout))
+            if any(t == 60 for _, t in calls):
+                time.sleep(0.25)  # the short timeouts expire well before any write
+                for call, t in calls:
+                    if t == 60:
+                        assert call.conn.can_read(timeout=1.0), f"{call.argv} did not time out"
+            waiting = [(c, t) for c, t in calls if t != 60]
+            for _ in range(60):
+                if not waiting:
+                    break
+                key = "b0" if rng.random() < 0.8 else "b1"
+                argv = ["XADD", key]
+                r = rng.random()
+                if r < 0.15:
+                    argv += ["MAXLEN", "~", str(rng.choice([5, 60, 120, 200]))]
+                elif r < 0.3 and ids:
+                    argv += ["MINID", "~", rng.choice(ids[-250:])]
+                argv += ["*", "f", f"v{rng.randint(0, 99)}"]
+                rec = main.run(argv, star_index=argv.index("*"))
+                if isinstance(rec.reply, str):
+                    ids.append(rec.reply)
+                added += 1
+                time.sleep(rng.uniform(0.0, 0.004))
+                still = []
+                for call, t in waiting:
+                    if call.conn.can_read(timeout=0.002):
+                        continue
+                    still.append((call, t))
+                waiting = still
+            assert not waiting, f"readers never served: {[c.argv for c, _ in waiting]}"
+            for call, _t in calls:
+                records.append(call.finish())
+        records += main.records
+        return records
+    finally:
+        for c in [main_client, *side]:
+            c.close()
+
+
+def xadd_id_mismatches(records: list[Record], profile: str = "7.0") -> list[str]:
+    """Replay ``records`` and compare the ID every executed ``XADD`` made with the reply.
+
+    The tables only show IDs that are still there at a checkpoint; this sees every one.
+    """
+    from pelengine.model import Replayer
+
+    replayer = Replayer(profile=profile)
+    out = []
+    for rec in records:
+        replayer.apply(seq=rec.seq, ts_ms=rec.ts_ms, argv=rec.argv, db=rec.db, client=rec.client)
+        if rec.argv[0].upper() == "XADD" and rec.error is None and isinstance(rec.reply, str):
+            stream = replayer.keys.get((rec.db, rec.argv[1]))
+            got = str(getattr(stream, "last_id", None))
+            if got != rec.reply:
+                out.append(f"{rec.describe()} || model ID {got}")
+    return out
+
+
+def pin_star_boundaries(aligned: Aligned) -> list[int]:
+    """Set ``ts_ms`` to the ID's ms on the ``XADD *`` rows where the server's own clock read
+    fell in the millisecond before the MONITOR line's timestamp; return their seqs.
+
+    This is the one piece of the replayed rows not taken from the capture, and only on
+    rows the capture itself flagged as uncertain (``ParseStats.star_uncertain``): MONITOR
+    prints the time *after* the command ran, and an ``XADD *`` ID is the time during it.
+    """
+    pinned = []
+    by_seq = {r.seq: r for r in aligned.records}
+    for seq in aligned.star_ms_later_seqs:
+        rec = by_seq[seq]
+        assert isinstance(rec.reply, str)
+        id_ms = int(rec.reply.split("-", 1)[0])
+        if id_ms == rec.ts_ms - 1:
+            rec.ts_ms = id_ms
+            pinned.append(seq)
+    return pinned

@@ -1,0 +1,139 @@
+"""A MONITOR capture is a command log the engine can replay: proven against the real server.
+
+Each seed runs the seeded random workload (every command of the contract, valid
+and invalid, ``XADD *``, ``MAXLEN ~``/``MINID ~``) and then a blocking phase
+(several consumers blocked at once on one stream, each on its own connection:
+``BLOCK 0``, timeouts a write beats, timeouts that expire first; served by later
+``XADD *``) while a MONITOR connection captures everything the server runs. The
+events rows come from the capture file alone (``pelengine.ingest.monitor``) and
+are replayed through ``Replayer("7.0")``; every table is compared with the
+server mid-run (checkpoints) and at the end, and every command's outcome and
+``ownership_changes`` with the server's reply to it.
+
+Knobs: ``PELENGINE_MONITOR_SEEDS=1,2`` or a count (default 20),
+``PELENGINE_MONITOR_COMMANDS`` (default 600).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.redis_diff.capture import Record
+from tests.redis_diff.harness import STREAM_WRITES, UNJUDGED, check_model, save_failure
+from tests.redis_diff.monitor_capture import (
+    MonitorCapture,
+    align,
+    pin_star_boundaries,
+    run_blocking_phase,
+    xadd_id_mismatches,
+)
+from tests.redis_diff.server import RedisServer
+from tests.redis_diff.truth import read_truth
+from tests.redis_diff.workload import run_workload
+
+pytestmark = pytest.mark.redis
+
+_SEEDS_ENV = os.environ.get("PELENGINE_MONITOR_SEEDS", "20")
+SEEDS = (
+    [int(s) for s in _SEEDS_ENV.split(",") if s]
+    if "," in _SEEDS_ENV
+    else list(range(301, 301 + int(_SEEDS_ENV)))
+)
+COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_MONITOR_COMMANDS", "600"))
+CHECKPOINT_EVERY = 200
+
+
+def _remap_checkpoints(
+    checkpoints: list[tuple[int, Any]], seq_of: dict[int, int]
+) -> list[tuple[int, Any]]:
+    """A checkpoint taken after the test's record ``s`` sits after the capture row of the
+    last record up to ``s`` that the capture shows."""
+    shown = sorted(seq_of)
+    out = []
+    for s, tables in checkpoints:
+        before = [t for t in shown if t <= s]
+        if before:
+            out.append((seq_of[before[-1]], tables))
+    return out
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed_{s}" for s in SEEDS])
+def test_monitor_capture_replays_to_the_server_state(
+    clean_redis: RedisServer, seed: int, tmp_path: Path
+) -> None:
+    db = seed % 16
+    capture = MonitorCapture(clean_redis, tmp_path / "monitor.log")
+    try:
+        result = run_workload(
+            clean_redis,
+            seed,
+            COMMANDS_PER_SEED,
+            db=db,
+            checkpoint_every=CHECKPOINT_EVERY,
+            star_mode="keep",
+        )
+        blocking = run_blocking_phase(clean_redis, seed, db)
+    finally:
+        path = capture.stop()
+    truth = read_truth(clean_redis, [db])
+    sent: list[Record] = result.records + blocking
+    aligned = align(path, sent)
+
+    assert aligned.stats.bad == 0, aligned.stats.examples
+    # a command MONITOR does not show must be one the server refused before running it
+    shown_ok = [r.describe() for r in aligned.unmatched_test_records if r.error is None]
+    assert not shown_ok, f"executed but not in the capture: {shown_ok[:5]}"
+    assert len(sent) - len(aligned.unmatched_test_records) == len(aligned.seq_of)
+    blocked = [r for r in blocking if r.note == "blocked"]
+    served = [r for r in blocked if r.reply is not None]
+    assert served and len(served) < len(blocked), "the phase must serve and time out readers"
+
+    # MONITOR stamps a line after the command ran; an XADD '*' reads the clock during it.
+    # Where a millisecond ended in between (about 1% of them here) the ID's ms is one
+    # less than ts_ms: every such row must be one the parser flagged as uncertain, and
+    # only those rows get the ID's ms (see pin_star_boundaries).
+    unflagged = sorted(set(aligned.star_ms_later_seqs) - set(aligned.stats.star_uncertain))
+    assert not unflagged, f"ms boundary crossings the parser did not flag: {unflagged}"
+    pinned = pin_star_boundaries(aligned)
+    verdict = check_model(
+        f"monitor seed {seed} (db {db})",
+        aligned.records,
+        truth,
+        _remap_checkpoints(result.checkpoints, aligned.seq_of),
+    )
+    id_mismatches = xadd_id_mismatches(aligned.records)
+    unjudged = sum(
+        1 for r in aligned.records if r.note == UNJUDGED and r.argv[0].upper() in STREAM_WRITES
+    )
+    print(
+        f"{verdict.summary()}; XADD IDs differing from the reply: {len(id_mismatches)}; "
+        f"capture: {aligned.stats.describe()}, workload attempts {result.attempts}, "
+        f"{unjudged} stream writes not sent by the judged run, "
+        f"{len(aligned.seq_of)} of {len(sent)} sent commands shown "
+        f"({len(aligned.unmatched_test_records)} refused before running), "
+        f"{len(blocked)} blocked reads ({len(served)} served), "
+        f"XADD '*' {aligned.star_xadds} (flagged uncertain by the parser "
+        f"{len(aligned.stats.star_uncertain)}, capture ms after the ID's ms "
+        f"{len(aligned.star_ms_later)}, pinned {len(pinned)})"
+    )
+    for line in aligned.star_ms_later[:5]:
+        print("  XADD '*' across a ms boundary:", line)
+    for line in id_mismatches[:5]:
+        print("  XADD ID differs:", line)
+    if not verdict.ok or id_mismatches:
+        dumped = save_failure(
+            tmp_path / f"monitor-seed-{seed}.jsonl",
+            aligned.records,
+            verdict,
+            {"seed": seed, "db": db, "server": clean_redis.version, "capture": str(path)},
+        )
+        pytest.fail(
+            f"{verdict.report()}\nXADD IDs: {id_mismatches[:5]}\n"
+            f"XADD '*' across a ms boundary: {aligned.star_ms_later[:5]}\n"
+            f"log and full report: {dumped}",
+            pytrace=False,
+        )
