@@ -338,3 +338,31 @@ def pin_star_boundaries(aligned: Aligned) -> list[int]:
             rec.ts_ms = id_ms
             pinned.append(seq)
     return pinned
+
+
+def write_pinned_capture(capture: Path, out: Path, pinned: list[int]) -> Path:
+    """A copy of the capture where the lines of the ``pinned`` seqs (see
+    ``pin_star_boundaries``) carry the last microsecond of the ID's millisecond."""
+    from pelengine.ingest.monitor import MonitorParseError, parse_line
+
+    todo = set(pinned)
+    seq = 0
+    with capture.open("rb") as src, out.open("wb") as dst:
+        for raw in src:
+            line = raw.decode("ascii")
+            body = line.rstrip("\r\n")
+            try:
+                cmd = parse_line(body)
+            except MonitorParseError:
+                dst.write(raw)
+                continue
+            seq += 1
+            if seq in todo:
+                plus = "+" if body.startswith("+") else ""
+                stamp = body[len(plus) :].split(" ", 1)[0]
+                us = cmd.ts_us - cmd.ts_us % 1000 - 1  # last µs of the previous ms
+                line = (
+                    f"{plus}{us // 1_000_000}.{us % 1_000_000:06d}" + line[len(plus) + len(stamp) :]
+                )
+            dst.write(line.encode("ascii"))
+    return out

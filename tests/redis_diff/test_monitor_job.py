@@ -1,0 +1,75 @@
+"""A MONITOR capture through ``pelengine ingest-monitor`` and the Spark job equals the server.
+
+Three seeds (random workload + blocked readers) on three dbs of one server run
+while MONITOR captures; the CLI writes the events Delta table from the capture
+file, ``reconstruct`` replays it, and every table is compared with the server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.redis_diff.compare import compare_tables, format_mismatches
+from tests.redis_diff.harness import UNJUDGED, check_job_changes, pending_delivery_counts
+from tests.redis_diff.monitor_capture import (
+    MonitorCapture,
+    align,
+    pin_star_boundaries,
+    run_blocking_phase,
+    write_pinned_capture,
+)
+from tests.redis_diff.server import RedisServer
+from tests.redis_diff.truth import TABLES, read_truth
+from tests.redis_diff.workload import run_workload
+
+pytestmark = [pytest.mark.redis, pytest.mark.spark]
+
+SEEDS = (401, 402, 403)
+COMMANDS_PER_SEED = 300
+
+
+def test_capture_through_cli_and_job_matches_redis(
+    fresh_redis_server: RedisServer, spark: Any, tmp_path: Path
+) -> None:
+    from pelengine.cli import run
+    from pelengine.pipeline import ReconstructOptions, reconstruct
+    from pelengine.storage import read_table
+
+    server = fresh_redis_server
+    capture = MonitorCapture(server, tmp_path / "monitor.log")
+    sent = []
+    try:
+        for db, seed in enumerate(SEEDS, start=1):
+            sent += run_workload(server, seed, COMMANDS_PER_SEED, db=db, star_mode="keep").records
+            sent += run_blocking_phase(server, seed, db, rounds=2)
+    finally:
+        path = capture.stop()
+    dbs = list(range(1, len(SEEDS) + 1))
+    truth = read_truth(server, dbs)
+    aligned = align(path, sent)
+    pinned = pin_star_boundaries(aligned)  # see test_commands_monitor
+    assert set(pinned) <= set(aligned.stats.star_uncertain)
+    path = write_pinned_capture(path, tmp_path / "monitor.pinned.log", pinned)
+
+    events = str(tmp_path / "events")
+    assert run(["ingest-monitor", str(path), "--events", events], spark=spark) == 0
+    df = read_table(spark, events)
+    assert df.count() == len(aligned.records)
+    result = reconstruct(spark, df, ReconstructOptions(profile="7.0"))
+    got = {name: [r.asDict() for r in t.collect()] for name, t in result.tables.items()}
+    got = {name: [r for r in rows if r.get("db") in dbs] for name, rows in got.items()}
+
+    problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
+    judged = [r for r in aligned.records if r.note != UNJUDGED]
+    change_problems = check_job_changes(judged, got.get("ownership_changes", []))
+    blocked = [r for r in judged if r.note == "blocked"]
+    print(
+        f"monitor -> ingest-monitor -> job: {len(SEEDS)} seeds, {len(aligned.records)} events "
+        f"({len(judged)} judged, {len(blocked)} blocked reads), pinned {len(pinned)}, "
+        f"mismatches {len(problems)}, ownership_changes vs replies {len(change_problems)}"
+    )
+    assert not change_problems, change_problems[:10]
+    assert not problems, format_mismatches(problems, 20)
