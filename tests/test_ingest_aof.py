@@ -1,0 +1,177 @@
+"""AOF ingestion: the pure reader (layouts, times, damaged tails) and the CLI's
+``ingest-aof`` (RDB refused, cut-off tail skipped, re-ingest appends only what is new)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pelengine import cli
+from pelengine.ingest.aof import (
+    AofRewrittenError,
+    AofState,
+    RdbPreambleError,
+    read_aof,
+)
+
+
+def resp(*argv: str) -> bytes:
+    out = [f"*{len(argv)}\r\n".encode()]
+    for a in argv:
+        b = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def make_dir(root: Path, base: bytes, *incrs: bytes) -> Path:
+    d = root / "appendonlydir"
+    d.mkdir(parents=True)
+    (d / "appendonly.aof.1.base.aof").write_bytes(base)
+    lines = ["file appendonly.aof.1.base.aof seq 1 type b"]
+    lines.append("file appendonly.aof.0.incr.aof seq 1 type h")  # history: left out
+    for i, data in enumerate(incrs, 1):
+        (d / f"appendonly.aof.{i}.incr.aof").write_bytes(data)
+        lines.append(f"file appendonly.aof.{i}.incr.aof seq {i} type i")
+    (d / "appendonly.aof.manifest").write_text("\n".join(lines) + "\n")
+    return d
+
+
+CLAIM = ("XCLAIM", "s", "g", "c", "0", "5-0", "TIME", "9000", "RETRYCOUNT", "1", "FORCE")
+
+
+def test_manifest_order_db_and_times(tmp_path: Path) -> None:
+    base = resp("SELECT", "0") + resp("XADD", "s", "1000-0", "f", "v")
+    incr1 = (
+        b"#TS:2\r\n"
+        + resp("SELECT", "3")
+        + resp("XADD", "s", "MAXLEN", "=", "5", "LIMIT", "9", "1500-0", "f", "v")
+        + resp("MULTI")
+        + resp(*CLAIM)
+        + resp("EXEC")
+    )
+    incr2 = resp("XACK", "s", "g", "5-0") + resp("XADD", "s", "99999999999999-0", "f", "v")
+    d = make_dir(tmp_path, base, incr1, incr2)
+    read = read_aof(str(d), ceiling_ms=10**12)
+    got = [(r["seq"], r["ts_ms"], r["db"], r["argv"][0]) for r in read.rows]
+    assert got == [
+        (1, 0, 0, "SELECT"),
+        (2, 1000, 0, "XADD"),
+        (3, 2000, 3, "SELECT"),
+        (4, 2000, 3, "XADD"),
+        (5, 2000, 3, "MULTI"),
+        (6, 9000, 3, "XCLAIM"),  # never earlier than the row's own TIME
+        (7, 9000, 3, "EXEC"),
+        (8, 9000, 0, "XACK"),  # every file starts in db 0, as Redis loads it
+        (9, 9000, 0, "XADD"),  # an ID from after the ceiling is not a time
+    ]
+    assert read.rows[3]["argv"] == ["XADD", "s", "MAXLEN", "=", "5", "1500-0", "f", "v"]
+    assert {r["source"] for r in read.rows} == {"aof"}
+    assert not read.notes
+    again = read_aof(str(d), read.state)
+    assert again.rows == [] and again.state.to_json() == read.state.to_json()
+    # the parent data dir and the manifest itself name the same AOF
+    assert len(read_aof(str(tmp_path)).rows) == len(
+        read_aof(str(d / "appendonly.aof.manifest")).rows
+    )
+
+
+def test_cut_off_tail_and_unfinished_multi_wait_for_the_rest(tmp_path: Path) -> None:
+    whole = resp("XADD", "s", "1-0", "f", "v") + resp("MULTI") + resp(*CLAIM) + resp("EXEC")
+    path = tmp_path / "appendonly.aof"
+    for cut in (len(whole) - 3, len(whole) - len(resp("EXEC"))):
+        path.write_bytes(whole[:cut])
+        first = read_aof(str(path))
+        assert [r["argv"][0] for r in first.rows] == ["XADD"]
+        assert first.files[0].skipped_tail == cut - len(resp("XADD", "s", "1-0", "f", "v"))
+        assert "not ingested" in first.notes[0]
+        path.write_bytes(whole)  # the writer finishes
+        rest = read_aof(str(path), AofState.from_json(first.state.to_json()))
+        assert [(r["seq"], r["argv"][0]) for r in rest.rows] == [
+            (2, "MULTI"),
+            (3, "XCLAIM"),
+            (4, "EXEC"),
+        ]
+
+
+def test_rdb_preamble_refused_and_rewrite_detected(tmp_path: Path) -> None:
+    path = tmp_path / "appendonly.aof"
+    path.write_bytes(b"REDIS0010\xfa\x09redis-ver")
+    with pytest.raises(RdbPreambleError, match="aof-use-rdb-preamble no"):
+        read_aof(str(path))
+    path.write_bytes(resp("XADD", "s", "1-0", "f", "v"))
+    state = read_aof(str(path)).state
+    path.write_bytes(resp("XADD", "s", "2-0", "f", "v"))  # same size, other bytes
+    with pytest.raises(AofRewrittenError):
+        read_aof(str(path), state)
+
+
+# ---- the CLI (Spark) -----------------------------------------------------------------
+
+
+def _events(spark: Any, path: Path) -> list[tuple[int, list[str]]]:
+    from pelengine.storage import read_table
+
+    rows = read_table(spark, str(path)).select("seq", "argv", "source").collect()
+    assert {r["source"] for r in rows} <= {"aof"}
+    return sorted((r["seq"], list(r["argv"])) for r in rows)
+
+
+@pytest.mark.spark
+def test_cli_ingest_aof(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    events = tmp_path / "events"
+    aof = tmp_path / "appendonly.aof"
+    first = resp("SELECT", "2") + resp("XADD", "s", "1-0", "f", "v")
+    tail = resp("XGROUP", "CREATE", "s", "g", "0") + resp("XADD", "s", "2-0", "f", "v")
+
+    def ingest() -> int:
+        return cli.run(["ingest-aof", str(aof), "--events", str(events)], spark=spark)
+
+    aof.write_bytes(b"REDIS0010\xfa")
+    assert ingest() == cli.EXIT_FAILED
+    assert "aof-use-rdb-preamble no" in capsys.readouterr().err
+    assert not events.exists()
+
+    aof.write_bytes(first + tail[:-5])  # crashed mid-write
+    assert ingest() == cli.EXIT_OK
+    out = capsys.readouterr()
+    assert "ingested 3 commands" in out.out and "cut-off command" in out.out
+    assert _events(spark, events)[:2] == [(1, ["SELECT", "2"]), (2, ["XADD", "s", "1-0", "f", "v"])]
+
+    assert ingest() == cli.EXIT_OK  # the same file again: nothing new
+    assert "nothing new" in capsys.readouterr().out
+    assert len(_events(spark, events)) == 3
+
+    aof.write_bytes(first + tail)  # the AOF grew (and the cut command is now whole)
+    assert ingest() == cli.EXIT_OK
+    assert "ingested 1 commands" in capsys.readouterr().out
+    assert [s for s, _ in _events(spark, events)] == [1, 2, 3, 4]
+    assert _events(spark, events)[3][1] == ["XADD", "s", "2-0", "f", "v"]
+
+    assert cli.run(["ingest-aof", str(tmp_path / "nope"), "--events", str(events)]) == 2
+
+
+@pytest.mark.spark
+def test_interrupted_run_is_not_appended_twice(spark: Any, tmp_path: Path) -> None:
+    """The events append committed, the state row did not: the next run skips what is there."""
+    import shutil
+
+    from pelengine.spark.ingest_io import ingest_aof
+    from pelengine.storage import read_table
+
+    events, state, doomed = tmp_path / "events", tmp_path / "state", tmp_path / "doomed"
+    aof = tmp_path / "appendonly.aof"
+    aof.write_bytes(resp("XADD", "s", "1-0", "f", "v"))
+    assert ingest_aof(spark, str(aof), str(events), state_path=str(state))["appended"] == 1
+    with open(aof, "ab") as fh:
+        fh.write(resp("XADD", "s", "2-0", "f", "v") + resp("XADD", "s", "3-0", "f", "v"))
+    # a run whose state row is lost: it works on a copy of the state table
+    shutil.copytree(state, doomed)
+    assert ingest_aof(spark, str(aof), str(events), state_path=str(doomed))["appended"] == 2
+    with open(aof, "ab") as fh:
+        fh.write(resp("XADD", "s", "4-0", "f", "v"))
+    report = ingest_aof(spark, str(aof), str(events), state_path=str(state))
+    assert (report["recovered"], report["appended"]) == (2, 1)
+    rows = sorted((r["seq"], r["argv"][2]) for r in read_table(spark, str(events)).collect())
+    assert rows == [(1, "1-0"), (2, "2-0"), (3, "3-0"), (4, "4-0")]
