@@ -9,7 +9,7 @@ A MONITOR line, as the server writes it (``replicationFeedMonitors``)::
   millisecond. A command's own clock reads (an ``XADD *`` ID, a delivery time)
   happen a few microseconds earlier, so when a millisecond ends between the two,
   ``ts_ms`` is one millisecond later than the command's "now" (see the README).
-* ``[db client]`` — the logical db and the client: ``ip:port``, ``unix:/path``,
+* ``[db client]`` — the logical db and the client: ``ip:port``, ``[ipv6]:port``, ``unix:/path``,
   or ``lua`` for commands a script ran (``[0 lua]``).
 * the arguments, each double-quoted with ``sdscatrepr`` escapes: ``\\"``,
   ``\\\\``, ``\\n``, ``\\r``, ``\\t``, ``\\a``, ``\\b`` and ``\\xHH`` (any other byte
@@ -40,7 +40,8 @@ from typing import Any, TextIO
 SOURCE = "monitor"
 MAX_EXAMPLES = 5
 
-_HEAD = re.compile(r"\+?(\d+)\.(\d{1,6}) \[(\d+) ([^\]]*)\](?: |$)")
+# the client ends at the first "] " (an IPv6 peer is "[::1]:6379")
+_HEAD = re.compile(r"\+?(\d+)\.(\d{1,6}) \[(\d+) (.+?)\](?: |$)")
 _SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b", '"': '"', "\\": "\\"}
 _HEX = frozenset("0123456789abcdefABCDEF")
 
