@@ -86,3 +86,35 @@ def test_aof_replay_matches_loading_server(seed: int) -> None:
             lines.append(f"AOF rows on db {first.key[0]} key {first.key[1]!r}:")
             lines += ["  " + h for h in history(rows, first.key[0], first.key[1])]
         pytest.fail("\n".join(lines), pytrace=False)
+
+
+@pytest.mark.spark
+def test_aof_through_ingest_and_job_matches_loading_server(spark: Any, tmp_path) -> None:
+    """Several seeds in several dbs of one AOF server: ``ingest_aof`` writes the events
+    table, ``reconstruct`` replays it, every table equals the loading server's."""
+    from pelengine.pipeline import ReconstructOptions, reconstruct
+    from pelengine.spark.ingest_io import ingest_aof
+    from pelengine.storage import read_table
+    from tests.redis_diff.capture import SeqCounter
+    from tests.redis_diff.test_differential_job import collect_tables
+
+    seeds = [401 + i for i in range(JOB_SEEDS)]
+    server = aof_server(timestamps=True)
+    try:
+        counter = SeqCounter(1)
+        for i, seed in enumerate(seeds):
+            run_workload(server, seed, COMMANDS_PER_SEED, db=i + 1, counter=counter)
+        events = str(tmp_path / "events")
+        report = ingest_aof(spark, aof_dir(server), events)
+        truth = loaded_truth(server)
+    finally:
+        stop_server(server)
+    assert report["appended"] > 0 and not report["notes"]
+    result = reconstruct(spark, read_table(spark, events), ReconstructOptions(profile="7.0"))
+    got = collect_tables(result)
+    problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
+    print(
+        f"job: seeds {seeds}, {report['appended']} AOF rows, "
+        f"{sum(len(truth[t]) for t in TABLES)} truth rows, mismatches {len(problems)}"
+    )
+    assert not problems, format_mismatches(problems, 30)
