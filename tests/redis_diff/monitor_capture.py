@@ -249,10 +249,12 @@ def run_blocking_phase(
                         + ["STREAMS", key, ">"]
                     )
             calls: list[tuple[_BlockedCall, int]] = []
-            for _ in range(rng.randint(2, 4)):
+            for i in range(rng.randint(2, 4)):
                 group = rng.choice(BLOCK_GROUPS)
                 keys = ["b0"] if rng.random() < 0.7 else ["b0", "b1"]
                 timeout = rng.choice([0, 0, 5000, 60])
+                if i < 2:  # every round has a BLOCK 0 and a timeout (one beaten, one not)
+                    timeout = (0, 60 if _round % 2 else 5000)[i]
                 argv = ["XREADGROUP", "GROUP", group, f"bc{rng.randint(0, 3)}"]
                 if rng.random() < 0.5:
                     argv += ["COUNT", str(rng.choice([1, 2, 10]))]
@@ -269,16 +271,18 @@ def run_blocking_phase(
                     if t == 60:
                         assert call.conn.can_read(timeout=1.0), f"{call.argv} did not time out"
             waiting = [(c, t) for c, t in calls if t != 60]
-            for _ in range(60):
+            for attempt in range(60):
                 if not waiting:
                     break
-                key = "b0" if rng.random() < 0.8 else "b1"
+                key = "b0" if attempt == 0 or rng.random() < 0.8 else "b1"
                 argv = ["XADD", key]
                 r = rng.random()
+                if attempt == 0:  # every round trims b0 approximately, one way or the other
+                    r = 0.0 if _round % 2 == 0 else 0.2
                 if r < 0.15:
                     argv += ["MAXLEN", "~", str(rng.choice([5, 60, 120, 200]))]
                 elif r < 0.3 and ids:
-                    argv += ["MINID", "~", rng.choice(ids[-250:])]
+                    argv += ["MINID", "~", ids[-rng.randint(1, min(len(ids), 120))]]
                 argv += ["*", "f", f"v{rng.randint(0, 99)}"]
                 rec = main.run(argv, star_index=argv.index("*"))
                 if isinstance(rec.reply, str):

@@ -88,6 +88,8 @@ def test_monitor_capture_replays_to_the_server_state(
     shown_ok = [r.describe() for r in aligned.unmatched_test_records if r.error is None]
     assert not shown_ok, f"executed but not in the capture: {shown_ok[:5]}"
     assert len(sent) - len(aligned.unmatched_test_records) == len(aligned.seq_of)
+    b0 = [r for r in truth["streams"] if r["key"] == "b0"]
+    assert b0 and b0[0]["length"] < b0[0]["entries_added"], "'~' trimming dropped nothing"
     blocked = [r for r in blocking if r.note == "blocked"]
     served = [r for r in blocked if r.reply is not None]
     assert served and len(served) < len(blocked), "the phase must serve and time out readers"
