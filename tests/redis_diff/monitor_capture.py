@@ -326,7 +326,8 @@ def xadd_id_mismatches(records: list[Record], profile: str = "7.0") -> list[str]
 
 def pin_star_boundaries(aligned: Aligned) -> list[int]:
     """Set ``ts_ms`` to the ID's ms on the ``XADD *`` rows where the server's own clock read
-    fell in the millisecond before the MONITOR line's timestamp; return their seqs.
+    fell in a millisecond before the MONITOR line's timestamp (and not before the line
+    before it, the bound the capture gives); return their seqs.
 
     This is the one piece of the replayed rows not taken from the capture, and only on
     rows the capture itself flagged as uncertain (``ParseStats.star_uncertain``): MONITOR
@@ -338,7 +339,9 @@ def pin_star_boundaries(aligned: Aligned) -> list[int]:
         rec = by_seq[seq]
         assert isinstance(rec.reply, str)
         id_ms = int(rec.reply.split("-", 1)[0])
-        if id_ms == rec.ts_ms - 1:
+        # the capture bounds the command's clock: not before the line before it
+        floor_ms = by_seq[seq - 1].ts_ms if seq - 1 in by_seq else id_ms
+        if floor_ms <= id_ms < rec.ts_ms:
             rec.ts_ms = id_ms
             pinned.append(seq)
     return pinned
