@@ -95,6 +95,15 @@ def test_cut_off_tail_and_unfinished_multi_wait_for_the_rest(tmp_path: Path) -> 
         ]
 
 
+def test_arguments_are_bytes_exact_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "appendonly.aof"
+    key = "clé\r\n$3\r\n*"  # CRLF and RESP markers inside an argument
+    path.write_bytes(resp("XADD", key, "1-0", "f", "ü") + b"*2\r\n$3\r\nDEL\r\n$2\r\n\xff\xfe\r\n")
+    rows = read_aof(str(path)).rows
+    assert rows[0]["argv"] == ["XADD", key, "1-0", "f", "ü"]
+    assert rows[1]["argv"] == ["DEL", "\\xff\\xfe"]  # not UTF-8: backslash escapes
+
+
 def test_rdb_preamble_refused_and_rewrite_detected(tmp_path: Path) -> None:
     path = tmp_path / "appendonly.aof"
     path.write_bytes(b"REDIS0010\xfa\x09redis-ver")

@@ -91,7 +91,7 @@ def ingest_aof(
     if events_exist:
         events = read_table(spark, events_path)
         max_seq = events.agg(F.max("seq")).collect()[0][0]
-        if state is not None:
+        if state is not None and "source" in events.columns:
             already = events.where(
                 (F.col("seq") >= state.next_seq) & (F.col("source") == "aof")
             ).count()
