@@ -95,7 +95,7 @@ def test_monitor_capture_replays_to_the_server_state(
     assert served and len(served) < len(blocked), "the phase must serve and time out readers"
 
     # MONITOR stamps a line after the command ran; an XADD '*' reads the clock during it.
-    # Where a millisecond ended in between (about 1 in 300 here) the ID's ms is less than
+    # Where a millisecond ended in between (about 1 in 250 here) the ID's ms is less than
     # ts_ms (by 1, once by 3 after a stall): every such row must be one the parser flagged
     # as uncertain, and only those rows get the ID's ms (see pin_star_boundaries).
     unflagged = sorted(set(aligned.star_ms_later_seqs) - set(aligned.stats.star_uncertain))
