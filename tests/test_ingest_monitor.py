@@ -142,6 +142,7 @@ def _table(path: str) -> list[dict[str, Any]]:
     return sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["seq"])
 
 
+@pytest.mark.spark
 def test_cli_ingest_monitor(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pelengine.cli import run
 
