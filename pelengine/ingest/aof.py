@@ -53,6 +53,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import mmap
 import os
 import shlex
 from collections.abc import Iterator
@@ -215,7 +216,7 @@ def list_files(source: str) -> list[AofFile]:
     return files
 
 
-def fingerprint(data: bytes | memoryview, offset: int) -> str:
+def fingerprint(data: bytes | memoryview | mmap.mmap, offset: int) -> str:
     """A digest of the first and last ``FINGERPRINT_BYTES`` before ``offset``: enough to
     tell that a file is not the one ingested before (rewritten, replaced, truncated)."""
     head = bytes(data[: min(offset, FINGERPRINT_BYTES)])
@@ -312,7 +313,7 @@ def _decode(raw: bytes) -> str:
 
 
 def iter_commands(
-    data: bytes | memoryview, start: int, name: str = "<aof>"
+    data: bytes | memoryview | mmap.mmap, start: int, name: str = "<aof>"
 ) -> Iterator[tuple[int, list[str] | None, int | None]]:
     """``(end offset, argv, None)`` per command and ``(end offset, None, seconds)`` per
     ``#TS:`` annotation (other ``#`` lines give ``seconds`` None), from ``start``.
@@ -323,9 +324,10 @@ def iter_commands(
     """
     # latin-1 maps each byte to one character: offsets and lengths stay byte counts,
     # and str slicing/int() are the fast path (UTF-8 is decoded per argument below)
-    buf = bytes(data).decode("latin-1")
+    base = start
+    buf = bytes(data[start:]).decode("latin-1")
     size = len(buf)
-    pos = start
+    pos = 0
     find = buf.find
     while pos < size:
         lead = buf[pos]
@@ -336,11 +338,11 @@ def iter_commands(
             line = buf[pos + 1 : eol]
             seconds = _int_or_none(line[3:]) if line[:3] == "TS:" else None
             pos = eol + 2
-            yield pos, None, seconds if seconds is not None else -1
+            yield base + pos, None, seconds if seconds is not None else -1
             continue
         if lead != "*":
             raise AofFormatError(
-                f"{name}: offset {pos}: expected '*' (a command) or '#' (an annotation), "
+                f"{name}: offset {base + pos}: expected '*' (a command) or '#' (an annotation), "
                 f"found {buf[pos : pos + 16]!r}"
             )
         eol = find("\r\n", pos)
@@ -351,7 +353,9 @@ def iter_commands(
         except ValueError:
             argc = 0
         if argc < 1:
-            raise AofFormatError(f"{name}: offset {pos}: bad argument count {buf[pos:eol]!r}")
+            raise AofFormatError(
+                f"{name}: offset {base + pos}: bad argument count {buf[pos:eol]!r}"
+            )
         p = eol + 2
         argv: list[str] = []
         append = argv.append
@@ -359,7 +363,9 @@ def iter_commands(
             if buf[p : p + 1] != "$":
                 if p >= size:
                     return
-                raise AofFormatError(f"{name}: offset {p}: expected '$', found {buf[p : p + 16]!r}")
+                raise AofFormatError(
+                    f"{name}: offset {base + p}: expected '$', found {buf[p : p + 16]!r}"
+                )
             eol = find("\r\n", p)
             if eol < 0:
                 return
@@ -368,18 +374,18 @@ def iter_commands(
             except ValueError:
                 length = -1
             if length < 0:
-                raise AofFormatError(f"{name}: offset {p}: bad length {buf[p:eol]!r}")
+                raise AofFormatError(f"{name}: offset {base + p}: bad length {buf[p:eol]!r}")
             begin = eol + 2
             end = begin + length
             if end + 2 > size:
                 return
             if buf[end : end + 2] != "\r\n":
-                raise AofFormatError(f"{name}: offset {end}: argument not followed by CRLF")
+                raise AofFormatError(f"{name}: offset {base + end}: argument not followed by CRLF")
             arg = buf[begin:end]
             append(arg if arg.isascii() else _decode(arg.encode("latin-1")))
             p = end + 2
         pos = p
-        yield pos, argv, None
+        yield base + pos, argv, None
 
 
 def read_aof(
@@ -425,8 +431,16 @@ def read_aof(
         for f in files:
             fs = new.files.setdefault(f.name, FileState())
             with open(f.path, "rb") as fh:
-                data = fh.read()
-            reports.append(_read_file(f, data, fs, new, rows, ceiling_ms))
+                # mapped: a resumed read touches only the fingerprint windows and the new bytes
+                size = os.fstat(fh.fileno()).st_size
+                data: bytes | mmap.mmap = (
+                    mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+                )
+                try:
+                    reports.append(_read_file(f, data, fs, new, rows, ceiling_ms))
+                finally:
+                    if isinstance(data, mmap.mmap):
+                        data.close()
     finally:
         if was_enabled:
             gc.enable()
@@ -435,7 +449,7 @@ def read_aof(
 
 def _read_file(
     f: AofFile,
-    data: bytes,
+    data: bytes | mmap.mmap,
     fs: FileState,
     state: AofState,
     rows: list[dict[str, Any]],
