@@ -89,12 +89,19 @@ def ingest_aof(
     max_seq: int | None = None
     already = 0
     if events_exist:
+        # one pass: the largest seq, and the AOF rows a run that died before recording
+        # its offsets already appended (at or after the recorded next_seq)
         events = read_table(spark, events_path)
-        max_seq = events.agg(F.max("seq")).collect()[0][0]
-        if state is not None and "source" in events.columns:
-            already = events.where(
-                (F.col("seq") >= state.next_seq) & (F.col("source") == "aof")
-            ).count()
+        has_source = "source" in events.columns
+        events = events.select("seq", "source" if has_source else F.lit(None).alias("source"))
+        next_seq = state.next_seq if state is not None else None
+        mine = (F.col("seq") >= F.lit(next_seq)) & (F.col("source") == "aof")
+        found = events.agg(
+            F.max("seq").alias("max_seq"),
+            F.sum(F.when(mine, 1).otherwise(0)).alias("already"),
+        ).collect()[0]
+        max_seq = found["max_seq"]
+        already = int(found["already"] or 0) if next_seq is not None else 0
     progress(f"reading {source}" + (f" from run {last_run}'s offsets" if state else ""))
     now_ms = int(time.time() * 1000) if ceiling_ms is None else ceiling_ms
     read = read_aof(source, state, ceiling_ms=now_ms)
