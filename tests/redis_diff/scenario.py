@@ -72,7 +72,6 @@ Step = Any  # str | list[str] | On | Sleep | Blocked | AwaitBlocked | Expect | C
 class Scenario:
     name: str
     steps: list[Step]
-    xfail: str | None = None  # known, reported gap: the test still runs (strict xfail)
 
 
 @dataclass

@@ -986,17 +986,7 @@ SCENARIOS: list[Scenario] = [
 ]
 
 
-@pytest.mark.parametrize(
-    "scenario",
-    [
-        pytest.param(
-            s,
-            id=s.name,
-            marks=[pytest.mark.xfail(reason=s.xfail, strict=True)] if s.xfail else [],
-        )
-        for s in SCENARIOS
-    ],
-)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_scenario_matches_redis_7_0(clean_redis: RedisServer, scenario: Scenario, tmp_path) -> None:
     run = run_scenario(clean_redis, scenario)
     verdict = check_model(scenario.name, run.records, run.truth, run.checkpoints)
@@ -1027,7 +1017,7 @@ def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -
     from tests.redis_diff.test_differential_job import collect_tables, events_schema
     from tests.redis_diff.truth import TABLES
 
-    chosen = [s for s in SCENARIOS if not s.xfail]
+    chosen = list(SCENARIOS)
     chosen.sort(key=lambda s: not any("FLUSHALL" in str(step) for step in s.steps))
     rows: list[dict] = []
     records = []
