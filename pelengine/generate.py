@@ -528,13 +528,19 @@ class _Workload:
             return True
         return False
 
-    def step_claim(self) -> bool:
+    def claim_target(self) -> tuple[_Group, _Worker] | None:
+        """A group with pending entries and a live worker of it to take some over."""
         g = self.pick_group()
         if g is None or not g.pel:
-            return False
+            return None
         claimer = self.alive_worker(g.name)
-        if claimer is None:
+        return None if claimer is None else (g, claimer)
+
+    def step_claim(self) -> bool:
+        target = self.claim_target()
+        if target is None:
             return False
+        g, claimer = target
         k = g.key
         now = self.now
         cands: list[Sid] = []
@@ -618,12 +624,10 @@ class _Workload:
         return True
 
     def step_autoclaim(self) -> bool:
-        g = self.pick_group()
-        if g is None or not g.pel:
+        target = self.claim_target()
+        if target is None:
             return False
-        claimer = self.alive_worker(g.name)
-        if claimer is None:
-            return False
+        g, claimer = target
         k = g.key
         now = self.now
         min_idle = self.pick(MIN_IDLES[:6])

@@ -246,20 +246,7 @@ def absolute_time(argv: list[str], ceiling_ms: int | None) -> int | None:
                     best = value if best is None else max(best, value)
         return best
     if name == "XADD":
-        i = 2
-        while i < len(argv):
-            word = argv[i].upper()
-            if word == "NOMKSTREAM":
-                i += 1
-            elif word in ("MAXLEN", "MINID"):
-                i += 1
-                if i < len(argv) and argv[i] in ("=", "~"):
-                    i += 1
-                i += 1
-            elif word == "LIMIT":
-                i += 2
-            else:
-                break
+        i, _ = _trim_options(argv)
         if i >= len(argv):
             return None
         ms = _int_or_none(argv[i].partition("-")[0])
@@ -285,7 +272,18 @@ def drop_trim_limit(argv: list[str]) -> list[str]:
     name = argv[0].upper()
     if name not in ("XADD", "XTRIM") or len(argv) < 4:
         return argv
+    _, limit_at = _trim_options(argv)
+    return argv if limit_at is None else argv[:limit_at] + argv[limit_at + 2 :]
+
+
+def _trim_options(argv: list[str]) -> tuple[int, int | None]:
+    """Walk the NOMKSTREAM / MAXLEN|MINID [=|~] n / LIMIT n options after the key.
+
+    Returns where they end (an XADD's ID position) and where a complete
+    ``LIMIT n`` starts, if there is one.
+    """
     i = 2
+    limit_at: int | None = None
     while i < len(argv):
         word = argv[i].upper()
         if word == "NOMKSTREAM":
@@ -295,11 +293,13 @@ def drop_trim_limit(argv: list[str]) -> list[str]:
             if i < len(argv) and argv[i] in ("=", "~"):
                 i += 1
             i += 1
-        elif word == "LIMIT" and i + 1 < len(argv):
-            return argv[:i] + argv[i + 2 :]
+        elif word == "LIMIT":
+            if i + 1 < len(argv) and limit_at is None:
+                limit_at = i
+            i += 2
         else:
-            return argv
-    return argv
+            break
+    return i, limit_at
 
 
 # --------------------------------------------------------------------------- parsing
