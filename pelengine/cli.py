@@ -112,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument(
         "--overwrite", action="store_true", help="replace the table instead of appending to it"
     )
+    ing.add_argument(
+        "--ids-from-aof",
+        metavar="AOF",
+        help="the same server's appendonlydir (or AOF file): write the ID each XADD '*' "
+        "generated instead of '*' (MONITOR's timestamps cannot always tell it)",
+    )
 
     aof = sub.add_parser(
         "ingest-aof",
@@ -174,6 +180,12 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError(f"--events {args.events}: no such path")
     if args.command == "ingest-monitor" and not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
+    if (
+        args.command == "ingest-monitor"
+        and args.ids_from_aof
+        and not os.path.exists(args.ids_from_aof)
+    ):
+        raise UsageError(f"--ids-from-aof {args.ids_from_aof}: no such AOF file or directory")
     if args.command == "ingest-aof" and not os.path.exists(args.source):
         raise UsageError(f"{args.source}: no such AOF file or directory")
     if args.command == "summary" and _is_local(args.out) and not _local_path(args.out).exists():
@@ -241,17 +253,38 @@ def cmd_ingest_monitor(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Parse a MONITOR capture and write its commands to the events table."""
+    from pelengine.ingest.aof import AofFormatError
     from pelengine.spark.ingest_monitor_io import ingest_monitor
 
-    result = ingest_monitor(
-        spark, args.file, args.events, overwrite=args.overwrite, progress=progress
-    )
+    try:
+        result = ingest_monitor(
+            spark,
+            args.file,
+            args.events,
+            overwrite=args.overwrite,
+            ids_from_aof=args.ids_from_aof,
+            progress=progress,
+        )
+    except AofFormatError as exc:
+        print(f"pelengine ingest-monitor: error: --ids-from-aof: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     stats = result.stats
     how = "appended" if result.appended else "wrote"
     seqs = f" (seq {result.first_seq}..{result.last_seq})" if result.rows else ""
     print(f"{how} {result.rows} events{seqs} to {args.events}: {stats.describe()}")
     for lineno, text, why in stats.examples:
         print(f"  not a command, line {lineno} ({why}): {text}")
+    if result.pins is not None:
+        print(f"  {result.pins.describe()}")
+        for line in result.pins.examples:
+            print(f"  ID from the AOF, not from ts_ms: {line}")
+        for line in result.pins.unpinned_examples:
+            print(f"  kept '*' (no AOF ID fits): {line}")
+    elif stats.star_uncertain:
+        print(
+            "  note: pass --ids-from-aof with the server's AOF to pin those IDs "
+            "(see README, 'MONITOR captures')"
+        )
     return EXIT_OK
 
 

@@ -276,6 +276,11 @@ def drop_trim_limit(argv: list[str]) -> list[str]:
     return argv if limit_at is None else argv[:limit_at] + argv[limit_at + 2 :]
 
 
+def xadd_id_position(argv: list[str]) -> int:
+    """Where an ``XADD``'s ID argument is (after the key and the trim options)."""
+    return _trim_options(argv)[0]
+
+
 def _trim_options(argv: list[str]) -> tuple[int, int | None]:
     """Walk the NOMKSTREAM / MAXLEN|MINID [=|~] n / LIMIT n options after the key.
 

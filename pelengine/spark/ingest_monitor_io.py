@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from pelengine.ingest.monitor import ParseStats, iter_rows, open_capture
+from pelengine.ingest.pin import PinStats
 from pelengine.spark.generate_io import CHUNK_ROWS, EVENTS_ARROW_SCHEMA, rows_to_batches
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ class IngestResult:
     last_seq: int | None
     appended: bool
     stats: ParseStats
+    pins: PinStats | None = None  # with ids_from_aof
 
 
 def next_seq(spark: SparkSession, events_path: str) -> int | None:
@@ -49,12 +51,31 @@ def next_seq(spark: SparkSession, events_path: str) -> int | None:
 
 
 def capture_arrow_table(
-    capture_path: str, start_seq: int, stats: ParseStats, chunk_rows: int = CHUNK_ROWS
-) -> pa.Table:
-    """The capture's commands as one Arrow table with the events schema."""
+    capture_path: str,
+    start_seq: int,
+    stats: ParseStats,
+    chunk_rows: int = CHUNK_ROWS,
+    *,
+    ids_from_aof: str | None = None,
+) -> tuple[pa.Table, PinStats | None]:
+    """The capture's commands as one Arrow table with the events schema.
+
+    With ``ids_from_aof`` (the same server's appendonlydir or AOF file) the ``*`` of
+    every ``XADD`` is replaced by the ID the server generated
+    (:func:`pelengine.ingest.pin.pin_star_ids`).
+    """
+    pins = None
     with open_capture(capture_path) as fh:
-        batches = list(rows_to_batches(iter_rows(fh, start_seq, stats), chunk_rows))
-    return pa.Table.from_batches(batches, schema=EVENTS_ARROW_SCHEMA)
+        if ids_from_aof is None:
+            batches = list(rows_to_batches(iter_rows(fh, start_seq, stats), chunk_rows))
+        else:
+            from pelengine.ingest.aof import read_aof
+            from pelengine.ingest.pin import pin_star_ids
+
+            rows = list(iter_rows(fh, start_seq, stats))
+            pins = pin_star_ids(rows, read_aof(ids_from_aof).rows)
+            batches = list(rows_to_batches(iter(rows), chunk_rows))
+    return pa.Table.from_batches(batches, schema=EVENTS_ARROW_SCHEMA), pins
 
 
 def ingest_monitor(
@@ -63,12 +84,14 @@ def ingest_monitor(
     events_path: str,
     *,
     overwrite: bool = False,
+    ids_from_aof: str | None = None,
     progress: Callable[[str], None] = _quiet,
 ) -> IngestResult:
     """Parse ``capture_path`` and write its commands to the events table at ``events_path``.
 
     Without ``overwrite`` an existing table is appended to (``seq`` continues after
-    its maximum); a missing table is created.
+    its maximum); a missing table is created. ``ids_from_aof``: see
+    :func:`capture_arrow_table`.
     """
     from pelengine.spark.schemas import EVENTS_SCHEMA
     from pelengine.storage import write_table
@@ -77,9 +100,11 @@ def ingest_monitor(
     appended = start is not None
     stats = ParseStats()
     progress(f"parsing {capture_path}")
-    table = capture_arrow_table(capture_path, start or 1, stats)
+    table, pins = capture_arrow_table(capture_path, start or 1, stats, ids_from_aof=ids_from_aof)
     n = table.num_rows
     first = start or 1
+    if pins is not None:
+        progress(pins.describe())
     progress(f"{stats.describe()}; writing {n:,} events to {events_path}")
     df = spark.createDataFrame(table, schema=EVENTS_SCHEMA)
     write_table(df, events_path, mode="append" if appended else "overwrite")
@@ -89,4 +114,5 @@ def ingest_monitor(
         last_seq=first + n - 1 if n else None,
         appended=appended,
         stats=stats,
+        pins=pins,
     )

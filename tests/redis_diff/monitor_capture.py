@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pelengine.ingest.aof import read_aof
 from pelengine.ingest.monitor import ParseStats, parse_file
+from pelengine.ingest.pin import PinStats, pin_star_ids
 from tests.redis_diff.capture import Record, Recorder, SeqCounter
 from tests.redis_diff.harness import UNJUDGED
 from tests.redis_diff.scenario import _BlockedCall, _wait_blocked
@@ -119,6 +121,7 @@ class Aligned:
     star_xadds: int = 0
     star_ms_later: list[str] = field(default_factory=list)  # XADD '*' whose ts_ms > ID ms
     star_ms_later_seqs: list[int] = field(default_factory=list)
+    pins: PinStats | None = None  # with ids_from_aof
 
 
 def _match(events: list[dict[str, Any]], mine: list[Record]) -> list[tuple[int, int]]:
@@ -136,7 +139,7 @@ def _match(events: list[dict[str, Any]], mine: list[Record]) -> list[tuple[int, 
     return pairs
 
 
-def align(capture: Path, sent: Iterable[Record]) -> Aligned:
+def align(capture: Path, sent: Iterable[Record], ids_from_aof: str | None = None) -> Aligned:
     """Parse the capture and pair its commands with the test's records of them.
 
     Each capture row becomes a ``Record`` with the capture's seq/ts_ms/argv/db/client;
@@ -150,6 +153,10 @@ def align(capture: Path, sent: Iterable[Record]) -> Aligned:
     The test's records name a connection by ``CLIENT INFO``; a redis-py pipeline may
     run on another pooled connection, so each recorder's commands are matched to the
     captured client that shows most of them.
+
+    With ``ids_from_aof`` (the server's appendonlydir) the rows get their ``XADD *``
+    IDs from the AOF (``pelengine.ingest.pin``), as ``ingest-monitor --ids-from-aof``
+    does, after the pairing (which compares what was sent).
     """
     rows, stats = parse_file(str(capture))
     groups: dict[str | None, list[Record]] = {}
@@ -178,6 +185,8 @@ def align(capture: Path, sent: Iterable[Record]) -> Aligned:
                 pairs[idx[i]] = mine[q]
                 matched.add(q)
         out.unmatched_test_records += [r for q, r in enumerate(mine) if q not in matched]
+    if ids_from_aof is not None:
+        out.pins = pin_star_ids(rows, read_aof(ids_from_aof).rows)
     for i, row in enumerate(rows):
         match = pairs.get(i)
         rec = Record(
@@ -321,55 +330,4 @@ def xadd_id_mismatches(records: list[Record], profile: str = "7.0") -> list[str]
             got = str(getattr(stream, "last_id", None))
             if got != rec.reply:
                 out.append(f"{rec.describe()} || model ID {got}")
-    return out
-
-
-def pin_star_boundaries(aligned: Aligned) -> list[int]:
-    """Set ``ts_ms`` to the ID's ms on the ``XADD *`` rows where the server's own clock read
-    fell in a millisecond before the MONITOR line's timestamp (and not before the line
-    before it, the bound the capture gives); return their seqs.
-
-    This is the one piece of the replayed rows not taken from the capture, and only on
-    rows the capture itself flagged as uncertain (``ParseStats.star_uncertain``): MONITOR
-    prints the time *after* the command ran, and an ``XADD *`` ID is the time during it.
-    """
-    pinned = []
-    by_seq = {r.seq: r for r in aligned.records}
-    for seq in aligned.star_ms_later_seqs:
-        rec = by_seq[seq]
-        assert isinstance(rec.reply, str)
-        id_ms = int(rec.reply.split("-", 1)[0])
-        # the capture bounds the command's clock: not before the line before it
-        floor_ms = by_seq[seq - 1].ts_ms if seq - 1 in by_seq else id_ms
-        if floor_ms <= id_ms < rec.ts_ms:
-            rec.ts_ms = id_ms
-            pinned.append(seq)
-    return pinned
-
-
-def write_pinned_capture(capture: Path, out: Path, pinned: list[int]) -> Path:
-    """A copy of the capture where the lines of the ``pinned`` seqs (see
-    ``pin_star_boundaries``) carry the last microsecond of the ID's millisecond."""
-    from pelengine.ingest.monitor import MonitorParseError, parse_line
-
-    todo = set(pinned)
-    seq = 0
-    with capture.open("rb") as src, out.open("wb") as dst:
-        for raw in src:
-            line = raw.decode("ascii")
-            body = line.rstrip("\r\n")
-            try:
-                cmd = parse_line(body)
-            except MonitorParseError:
-                dst.write(raw)
-                continue
-            seq += 1
-            if seq in todo:
-                plus = "+" if body.startswith("+") else ""
-                stamp = body[len(plus) :].split(" ", 1)[0]
-                us = cmd.ts_us - cmd.ts_us % 1000 - 1  # last µs of the previous ms
-                line = (
-                    f"{plus}{us // 1_000_000}.{us % 1_000_000:06d}" + line[len(plus) + len(stamp) :]
-                )
-            dst.write(line.encode("ascii"))
     return out

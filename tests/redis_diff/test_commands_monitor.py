@@ -4,9 +4,13 @@ Each seed runs the seeded random workload (every command of the contract, valid
 and invalid, ``XADD *``, ``MAXLEN ~``/``MINID ~``) and then a blocking phase
 (several consumers blocked at once on one stream, each on its own connection:
 ``BLOCK 0``, timeouts a write beats, timeouts that expire first; served by later
-``XADD *``) while a MONITOR connection captures everything the server runs. The
-events rows come from the capture file alone (``pelengine.ingest.monitor``) and
-are replayed through ``Replayer("7.0")``; every table is compared with the
+``XADD *``) while a MONITOR connection captures everything the server runs. The server
+runs with ``appendonly yes``. The events rows come from the capture file
+(``pelengine.ingest.monitor``), with the IDs of ``XADD *`` taken from the same
+server's AOF (``pelengine.ingest.pin``, as ``ingest-monitor --ids-from-aof``
+does; MONITOR stamps a line after the command ran, so ``ts_ms`` alone is one
+millisecond late for about 1 ``XADD *`` in 250), and are replayed through
+``Replayer("7.0")``; every table is compared with the
 server mid-run (checkpoints) and at the end, and every command's outcome and
 ``ownership_changes`` with the server's reply to it.
 
@@ -22,16 +26,16 @@ from typing import Any
 
 import pytest
 
+from tests.redis_diff.aof_support import aof_dir, aof_server
 from tests.redis_diff.capture import Record
 from tests.redis_diff.harness import STREAM_WRITES, UNJUDGED, check_model, save_failure
 from tests.redis_diff.monitor_capture import (
     MonitorCapture,
     align,
-    pin_star_boundaries,
     run_blocking_phase,
     xadd_id_mismatches,
 )
-from tests.redis_diff.server import RedisServer
+from tests.redis_diff.server import RedisServer, stop_server
 from tests.redis_diff.truth import read_truth
 from tests.redis_diff.workload import run_workload
 
@@ -61,10 +65,21 @@ def _remap_checkpoints(
     return out
 
 
+@pytest.fixture
+def aof_redis() -> Any:
+    """A server of its own that appends every write to an AOF (fresh per seed)."""
+    server = aof_server()
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
 @pytest.mark.parametrize("seed", SEEDS, ids=[f"seed_{s}" for s in SEEDS])
 def test_monitor_capture_replays_to_the_server_state(
-    clean_redis: RedisServer, seed: int, tmp_path: Path
+    aof_redis: RedisServer, seed: int, tmp_path: Path
 ) -> None:
+    clean_redis = aof_redis
     db = seed % 16
     capture = MonitorCapture(clean_redis, tmp_path / "monitor.log")
     try:
@@ -81,7 +96,9 @@ def test_monitor_capture_replays_to_the_server_state(
         path = capture.stop()
     truth = read_truth(clean_redis, [db])
     sent: list[Record] = result.records + blocking
-    aligned = align(path, sent)
+    aligned = align(path, sent, ids_from_aof=aof_dir(clean_redis))
+    pins = aligned.pins
+    assert pins is not None
 
     assert aligned.stats.bad == 0, aligned.stats.examples
     # a command MONITOR does not show must be one the server refused before running it
@@ -96,11 +113,14 @@ def test_monitor_capture_replays_to_the_server_state(
 
     # MONITOR stamps a line after the command ran; an XADD '*' reads the clock during it.
     # Where a millisecond ended in between (about 1 in 250 here) the ID's ms is less than
-    # ts_ms (by 1, once by 3 after a stall): every such row must be one the parser flagged
-    # as uncertain, and only those rows get the ID's ms (see pin_star_boundaries).
+    # ts_ms (by 1, once by 3 after a stall). The parser flags every row where that can
+    # happen, and the AOF pins the IDs: every '*' that added an entry must be found in
+    # it, and the rows whose ID moved must be exactly those the server's replies show
+    # crossing a millisecond (the replies only check the pinning; they feed nothing).
     unflagged = sorted(set(aligned.star_ms_later_seqs) - set(aligned.stats.star_uncertain))
     assert not unflagged, f"ms boundary crossings the parser did not flag: {unflagged}"
-    pinned = pin_star_boundaries(aligned)
+    assert pins.unpinned == 0, pins.unpinned_examples
+    assert sorted(pins.moved_seqs) == sorted(aligned.star_ms_later_seqs), pins.examples
     verdict = check_model(
         f"monitor seed {seed} (db {db})",
         aligned.records,
@@ -120,7 +140,7 @@ def test_monitor_capture_replays_to_the_server_state(
         f"{len(blocked)} blocked reads ({len(served)} served), "
         f"XADD '*' {aligned.star_xadds} (flagged uncertain by the parser "
         f"{len(aligned.stats.star_uncertain)}, capture ms after the ID's ms "
-        f"{len(aligned.star_ms_later)}, pinned {len(pinned)})"
+        f"{len(aligned.star_ms_later)}); {pins.describe()}"
     )
     for line in aligned.star_ms_later[:5]:
         print("  XADD '*' across a ms boundary:", line)

@@ -1,8 +1,10 @@
 """A MONITOR capture through ``pelengine ingest-monitor`` and the Spark job equals the server.
 
-Three seeds (random workload + blocked readers) on three dbs of one server run
-while MONITOR captures; the CLI writes the events Delta table from the capture
-file, ``reconstruct`` replays it, and every table is compared with the server.
+Three seeds (random workload + blocked readers) on three dbs of one server (with
+``appendonly yes``) run while MONITOR captures; the CLI writes the events Delta
+table from the capture file, with ``--ids-from-aof`` pointing at the server's
+appendonlydir, ``reconstruct`` replays it, and every table is compared with the
+server.
 """
 
 from __future__ import annotations
@@ -12,16 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.redis_diff.aof_support import aof_dir, aof_server
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.harness import UNJUDGED, check_job_changes, pending_delivery_counts
-from tests.redis_diff.monitor_capture import (
-    MonitorCapture,
-    align,
-    pin_star_boundaries,
-    run_blocking_phase,
-    write_pinned_capture,
-)
-from tests.redis_diff.server import RedisServer
+from tests.redis_diff.monitor_capture import MonitorCapture, align, run_blocking_phase
+from tests.redis_diff.server import RedisServer, stop_server
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import run_workload
 
@@ -31,14 +28,23 @@ SEEDS = (401, 402, 403)
 COMMANDS_PER_SEED = 300
 
 
+@pytest.fixture
+def aof_redis() -> Any:
+    server = aof_server()
+    try:
+        yield server
+    finally:
+        stop_server(server)
+
+
 def test_capture_through_cli_and_job_matches_redis(
-    fresh_redis_server: RedisServer, spark: Any, tmp_path: Path
+    aof_redis: RedisServer, spark: Any, tmp_path: Path
 ) -> None:
     from pelengine.cli import run
     from pelengine.pipeline import ReconstructOptions, reconstruct
     from pelengine.storage import read_table
 
-    server = fresh_redis_server
+    server = aof_redis
     capture = MonitorCapture(server, tmp_path / "monitor.log")
     sent = []
     try:
@@ -49,13 +55,11 @@ def test_capture_through_cli_and_job_matches_redis(
         path = capture.stop()
     dbs = list(range(1, len(SEEDS) + 1))
     truth = read_truth(server, dbs)
-    aligned = align(path, sent)
-    pinned = pin_star_boundaries(aligned)  # see test_commands_monitor
-    assert set(pinned) <= set(aligned.stats.star_uncertain)
-    path = write_pinned_capture(path, tmp_path / "monitor.pinned.log", pinned)
+    aligned = align(path, sent)  # the replies judge outcomes; the rows are the CLI's
 
     events = str(tmp_path / "events")
-    assert run(["ingest-monitor", str(path), "--events", events], spark=spark) == 0
+    argv = ["ingest-monitor", str(path), "--events", events, "--ids-from-aof", aof_dir(server)]
+    assert run(argv, spark=spark) == 0
     df = read_table(spark, events)
     assert df.count() == len(aligned.records)
     result = reconstruct(spark, df, ReconstructOptions(profile="7.0"))
@@ -68,7 +72,7 @@ def test_capture_through_cli_and_job_matches_redis(
     blocked = [r for r in judged if r.note == "blocked"]
     print(
         f"monitor -> ingest-monitor -> job: {len(SEEDS)} seeds, {len(aligned.records)} events "
-        f"({len(judged)} judged, {len(blocked)} blocked reads), pinned {len(pinned)}, "
+        f"({len(judged)} judged, {len(blocked)} blocked reads), "
         f"mismatches {len(problems)}, ownership_changes vs replies {len(change_problems)}"
     )
     assert not change_problems, change_problems[:10]

@@ -1,0 +1,155 @@
+"""Pin the IDs of a MONITOR capture's ``XADD *`` rows from the same server's AOF.
+
+Why: Redis 7.0 stamps a MONITOR line *after* the command ran, while ``XADD *``
+takes its ID from the clock *during* it. When a millisecond ends in between
+(seen here for about 1 ``XADD *`` in 250), the ID's millisecond is below the
+line's ``ts_ms`` and a replay that derives the ID from ``ts_ms`` makes a
+different one; every later reference to it, the stream's last ID and the PEL
+then differ. The capture alone cannot settle it. An effects log of the same
+server (its AOF, or a replication stream written as one) holds the ID the
+server generated, so events.md's rule applies: where the log knows the
+generated ID, it goes into ``argv`` instead of ``*``.
+
+How: the capture's rows are replayed through the pure model (so each stream's
+last ID is exact at every row). For an ``XADD ... *`` the server's clock read
+lies between the previous line's millisecond and this line's (commands run one
+at a time, each after the line of the one before was stamped), so its ID is one
+of a few candidates: ``m-0`` for a millisecond ``m`` above the stream's last ID,
+or the last ID's successor. The smallest candidate the AOF shows for that key
+(in that db) is the ID: every candidate is above the stream's last ID, so no
+earlier entry can be it, and later entries are greater than the true ID. The
+``*`` is replaced by it (also where it equals what ``ts_ms`` gives: the row then
+says what the server did). A candidate-free row (the AOF does not cover that
+moment, the command failed) keeps its ``*`` and is counted.
+
+Limits: the replay starts from an empty keyspace, so a capture appended to
+streams that existed before it pins only rows whose candidates do not depend on
+the earlier last ID; keys deleted and recreated within the window can, in
+theory, offer an older incarnation's ID (the AOF set is per key name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pelengine.ingest.aof import xadd_id_position
+from pelengine.model import Replayer
+from pelengine.model.ids import ParseError, StreamID, parse_id
+from pelengine.model.state import Stream
+
+# how far below the line's millisecond the first row of a capture may look (it has
+# no line before it to bound its clock read)
+FIRST_ROW_WINDOW_MS = 1000
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class PinStats:
+    """What pinning did to the ``XADD *`` rows of a capture."""
+
+    star_rows: int = 0  # XADD rows with '*' that added an entry in the replay
+    pinned: int = 0  # '*' replaced by the AOF's ID
+    moved: int = 0  # ... of which the ID differs from the one ts_ms gives
+    unpinned: int = 0  # applied '*' rows no AOF ID fits (kept '*')
+    aof_ids: int = 0  # XADD IDs the AOF holds
+    moved_seqs: list[int] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)  # rows whose ID moved
+    unpinned_examples: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return (
+            f"{self.pinned} of {self.star_rows} XADD '*' IDs pinned from the AOF "
+            f"({self.moved} differ from the ID ts_ms gives), {self.unpinned} not found in it"
+        )
+
+
+def aof_xadd_ids(aof_rows: Iterable[dict[str, Any]]) -> dict[tuple[int, str], set[StreamID]]:
+    """The IDs every ``XADD`` of an effects log wrote, per (db, key)."""
+    out: dict[tuple[int, str], set[StreamID]] = {}
+    for row in aof_rows:
+        argv = row["argv"]
+        if len(argv) < 3 or argv[0].upper() != "XADD":
+            continue
+        pos = xadd_id_position(argv)
+        if pos >= len(argv):
+            continue
+        try:
+            entry_id, _ = parse_id(argv[pos], strict=True)
+        except ParseError:
+            continue
+        out.setdefault((row.get("db") or 0, argv[1]), set()).add(entry_id)
+    return out
+
+
+def _candidates(last: StreamID, lo_ms: int, hi_ms: int) -> list[StreamID]:
+    """The IDs ``XADD *`` makes with a clock read in ``[lo_ms, hi_ms]``, ascending."""
+    out = []
+    if lo_ms <= last.ms:
+        out.append(StreamID(last.ms, last.seq + 1))
+    for m in range(max(lo_ms, last.ms + 1), hi_ms + 1):
+        out.append(StreamID(m, 0))
+    return out
+
+
+def pin_star_ids(
+    rows: list[dict[str, Any]],
+    aof_rows: Iterable[dict[str, Any]],
+    *,
+    profile: str = "7.0",
+) -> PinStats:
+    """Replace the ``*`` of every ``XADD`` row in ``rows`` (a capture, in ``seq`` order)
+    by the ID the AOF shows the server generated; rows are changed in place."""
+    ids = aof_xadd_ids(aof_rows)
+    stats = PinStats(aof_ids=sum(len(v) for v in ids.values()))
+    replayer = Replayer(profile, record_changes=False)
+    prev_ms: int | None = None
+    for row in rows:
+        argv = row["argv"]
+        ts_ms = row["ts_ms"]
+        db = row.get("db") or 0
+        lo_ms = min(prev_ms, ts_ms) if prev_ms is not None else ts_ms - FIRST_ROW_WINDOW_MS
+        prev_ms = ts_ms
+        star_at = None
+        if len(argv) > 2 and argv[0].upper() == "XADD":
+            pos = xadd_id_position(argv)
+            if pos < len(argv) and argv[pos] == "*":
+                star_at = pos
+        if star_at is None:
+            replayer.apply(row["seq"], ts_ms, argv, db, row.get("client"))
+            continue
+        key = argv[1]
+        current = replayer.lookup_any(db, key)
+        last = current.last_id if isinstance(current, Stream) else StreamID(0, 0)
+        known = ids.get((db, key), set())
+        found = next((c for c in _candidates(last, lo_ms, ts_ms) if c in known), None)
+        pinned = argv
+        if found is not None:
+            pinned = [*argv[:star_at], str(found), *argv[star_at + 1 :]]
+        outcome = replayer.apply(row["seq"], ts_ms, pinned, db, row.get("client"))
+        if outcome.kind != "applied" and found is not None:
+            # the AOF's ID does not fit here (a failed command has no effect): keep '*'
+            found = None
+            outcome = replayer.apply(row["seq"], ts_ms, argv, db, row.get("client"))
+        after = replayer.lookup_any(db, key)
+        added = isinstance(after, Stream) and (after is not current or after.last_id != last)
+        if outcome.kind != "applied" or not added:  # an error, or NOMKSTREAM on no stream
+            continue
+        stats.star_rows += 1
+        if found is None:
+            stats.unpinned += 1
+            if len(stats.unpinned_examples) < MAX_EXAMPLES:
+                stats.unpinned_examples.append(f"seq {row['seq']}: {' '.join(argv)}")
+            continue
+        row["argv"] = pinned
+        stats.pinned += 1
+        derived = _candidates(last, ts_ms, ts_ms)[0]
+        if found != derived:
+            stats.moved += 1
+            stats.moved_seqs.append(row["seq"])
+            if len(stats.examples) < MAX_EXAMPLES:
+                stats.examples.append(
+                    f"seq {row['seq']} {key!r}: {found} (ts_ms {ts_ms} gives {derived})"
+                )
+    return stats

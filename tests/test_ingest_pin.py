@@ -1,0 +1,94 @@
+"""Pinning the `XADD *` IDs of a MONITOR capture from the same server's AOF (ingest.pin).
+
+The real-server proof is tests/redis_diff/test_commands_monitor.py; these pin the
+rules on small hand-made logs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pelengine.ingest.pin import aof_xadd_ids, pin_star_ids
+from pelengine.model.ids import StreamID
+
+
+def row(seq: int, ts_ms: int, *argv: str, db: int = 0) -> dict[str, Any]:
+    return {"seq": seq, "ts_ms": ts_ms, "argv": list(argv), "db": db, "client": "c"}
+
+
+def aof(*argv: str, db: int = 0) -> dict[str, Any]:
+    return {"seq": 0, "ts_ms": 0, "argv": list(argv), "db": db}
+
+
+def test_aof_ids_are_read_after_the_trim_options() -> None:
+    ids = aof_xadd_ids(
+        [
+            aof("XADD", "s", "MAXLEN", "=", "5", "10-1", "f", "v"),
+            aof("XADD", "s", "NOMKSTREAM", "MINID", "3", "10-2", "f", "v", db=2),
+            aof("XCLAIM", "s", "g", "c", "0", "10-1"),
+        ]
+    )
+    assert ids == {(0, "s"): {StreamID(10, 1)}, (2, "s"): {StreamID(10, 2)}}
+
+
+def test_a_clock_read_before_the_line_millisecond_is_pinned() -> None:
+    # the line before was stamped at 100; this one at 101, but the server's clock read
+    # was still 100, so the entry is 100-1 (after 100-0), not 101-0
+    rows = [row(1, 100, "XADD", "s", "*", "f", "v"), row(2, 101, "XADD", "s", "*", "f", "v")]
+    stats = pin_star_ids(
+        rows, [aof("XADD", "s", "100-0", "f", "v"), aof("XADD", "s", "100-1", "f", "v")]
+    )
+    assert [r["argv"][2] for r in rows] == ["100-0", "100-1"]
+    assert (stats.star_rows, stats.pinned, stats.moved, stats.unpinned) == (2, 2, 1, 0)
+    assert stats.moved_seqs == [2]
+
+
+def test_the_window_is_bounded_by_the_line_before() -> None:
+    # the line before is at 105: an AOF ID at 103 cannot be this command's
+    rows = [row(1, 105, "XACK", "s", "g", "1-1"), row(2, 106, "XADD", "s", "*", "f", "v")]
+    stats = pin_star_ids(rows, [aof("XADD", "s", "103-0", "f", "v")])
+    assert rows[1]["argv"][2] == "*"
+    assert (stats.pinned, stats.unpinned) == (0, 1)
+    assert "XADD s * f v" in stats.unpinned_examples[0]
+
+
+def test_other_keys_and_dbs_do_not_pin() -> None:
+    rows = [row(1, 100, "PING"), row(2, 101, "XADD", "s", "*", "f", "v")]
+    stats = pin_star_ids(
+        rows, [aof("XADD", "t", "100-0", "f", "v"), aof("XADD", "s", "100-0", "f", "v", db=1)]
+    )
+    assert rows[1]["argv"][2] == "*" and stats.unpinned == 1
+
+
+def test_commands_that_add_nothing_are_not_counted() -> None:
+    rows = [
+        row(1, 100, "XADD", "s", "NOMKSTREAM", "*", "f", "v"),  # no stream: nil, adds nothing
+        row(2, 101, "XADD", "s", "*", "f"),  # wrong arity
+        row(3, 102, "XADD", "s", "MAXLEN", "~", "2", "*", "f", "v"),
+    ]
+    stats = pin_star_ids(rows, [aof("XADD", "s", "MAXLEN", "=", "0", "102-0", "f", "v")])
+    assert [r["argv"] for r in rows][:2] == [
+        ["XADD", "s", "NOMKSTREAM", "*", "f", "v"],
+        ["XADD", "s", "*", "f"],
+    ]
+    assert rows[2]["argv"] == ["XADD", "s", "MAXLEN", "~", "2", "102-0", "f", "v"]
+    assert (stats.star_rows, stats.pinned, stats.unpinned) == (1, 1, 0)
+
+
+def test_explicit_and_ms_star_ids_are_left_alone() -> None:
+    rows = [row(1, 100, "XADD", "s", "5-1", "f", "v"), row(2, 101, "XADD", "s", "7-*", "f", "v")]
+    stats = pin_star_ids(
+        rows, [aof("XADD", "s", "5-1", "f", "v"), aof("XADD", "s", "7-0", "f", "v")]
+    )
+    assert [r["argv"][2] for r in rows] == ["5-1", "7-*"]
+    assert stats.star_rows == 0
+
+
+def test_a_stream_whose_top_is_ahead_of_the_clock() -> None:
+    # the last ID (500-3) is ahead of the clock: '*' gives its successor whatever the time
+    rows = [row(1, 100, "XADD", "s", "500-3", "f", "v"), row(2, 101, "XADD", "s", "*", "f", "v")]
+    stats = pin_star_ids(
+        rows, [aof("XADD", "s", "500-3", "f", "v"), aof("XADD", "s", "500-4", "f", "v")]
+    )
+    assert rows[1]["argv"][2] == "500-4"
+    assert (stats.pinned, stats.moved) == (1, 0)
