@@ -91,6 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument(
         "--txn-version", type=_non_negative_int, metavar="N", help="idempotent write: version"
     )
+    rec.add_argument(
+        "--stream-node-max-entries",
+        type=_non_negative_int,
+        metavar="N",
+        help="the server's stream-node-max-entries (default: conf, 100)",
+    )
+    rec.add_argument(
+        "--stream-node-max-bytes",
+        type=_non_negative_int,
+        metavar="N",
+        help="the server's stream-node-max-bytes (default: conf, 4096)",
+    )
     rec.add_argument("--json", action="store_true", help="print the run report as JSON")
 
     gen = sub.add_parser(
@@ -142,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, subparser in sub.choices.items():
         subparser.set_defaults(usage=subparser.format_usage, command=name)
     return parser
+
+
+def _first(given: int | None, default: int) -> int:
+    return default if given is None else given
 
 
 def _add_profile(p: argparse.ArgumentParser) -> None:
@@ -203,6 +219,8 @@ def cmd_reconstruct(
 
     options = ReconstructOptions(
         profile=args.redis_version or conf.profile,
+        node_max_entries=_first(args.stream_node_max_entries, conf.node_max_entries),
+        node_max_bytes=_first(args.stream_node_max_bytes, conf.node_max_bytes),
         as_of_ms=args.as_of_ms,
         as_of_seq=args.as_of_seq,
         txn_app_id=args.txn_app_id,

@@ -49,6 +49,9 @@ class Config:
     """Everything the CLI reads from configuration."""
 
     profile: str = "7.0"
+    # the server's stream-node-max-entries / -bytes (what '~' trimming can drop)
+    node_max_entries: int = 100
+    node_max_bytes: int = 4096
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     demo_dir: str = "demo"
     spark: SparkConfig = field(default_factory=SparkConfig)
@@ -119,6 +122,12 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         raise ConfigError(
             f"{origin}: 'reconstruct.profile' must be one of {', '.join(PROFILES)}, got {profile!r}"
         )
+    node_max_entries = _int(
+        rec, "stream_node_max_entries", "reconstruct.stream_node_max_entries", origin, 0
+    )
+    node_max_bytes = _int(
+        rec, "stream_node_max_bytes", "reconstruct.stream_node_max_bytes", origin, 0
+    )
     gen = _section(raw, "generate", origin)
     generate = GenerateConfig(
         events=_int(gen, "events", "generate.events", origin, 0),
@@ -135,7 +144,14 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         log_level=_opt_str(sp, "log_level", "spark.log_level", origin),
         conf={str(k): _conf_value(v) for k, v in conf.items() if v is not None},
     )
-    return Config(profile=profile, generate=generate, demo_dir=demo_dir, spark=spark)
+    return Config(
+        profile=profile,
+        node_max_entries=node_max_entries,
+        node_max_bytes=node_max_bytes,
+        generate=generate,
+        demo_dir=demo_dir,
+        spark=spark,
+    )
 
 
 def load_config(paths: Sequence[str | Path] = ()) -> Config:

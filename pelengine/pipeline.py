@@ -62,6 +62,9 @@ class ReconstructOptions:
     txn_app_id: str | None = None
     txn_version: int | None = None
     partitions: int | None = None
+    # the server's stream-node-max-entries / stream-node-max-bytes ('~' trimming)
+    node_max_entries: int = 100
+    node_max_bytes: int = 4096
 
 
 @dataclass
@@ -336,7 +339,13 @@ def _fan_out_commands(routed: DataFrame) -> DataFrame:
 
 
 def replay_stage(
-    routed_rows: DataFrame, profile: str, as_of_ms: int, as_of_seq: int, partitions: int
+    routed_rows: DataFrame,
+    profile: str,
+    as_of_ms: int,
+    as_of_seq: int,
+    partitions: int,
+    node_max_entries: int = 100,
+    node_max_bytes: int = 4096,
 ) -> DataFrame:
     """The one shuffle and sort: families hashed to partitions, events sorted by seq,
     then the grouped iterator UDF (same grouping columns, so Spark adds no exchange)."""
@@ -345,7 +354,10 @@ def replay_stage(
         routed_rows.repartition(partitions, *keys)
         .sortWithinPartitions(*keys, "seq")
         .groupBy(*keys)
-        .applyInArrow(make_replay_function(profile, as_of_ms, as_of_seq), REPLAY_OUTPUT_SCHEMA)
+        .applyInArrow(
+            make_replay_function(profile, as_of_ms, as_of_seq, node_max_entries, node_max_bytes),
+            REPLAY_OUTPUT_SCHEMA,
+        )
     )
 
 
@@ -390,7 +402,13 @@ def reconstruct(
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
     progress(f"replaying through the {profile} model in {partitions} partitions")
     replayed = replay_stage(
-        rows, profile, as_of_ms if as_of_ms is not None else 0, as_of_seq or 0, partitions
+        rows,
+        profile,
+        as_of_ms if as_of_ms is not None else 0,
+        as_of_seq or 0,
+        partitions,
+        options.node_max_entries,
+        options.node_max_bytes,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     tables = {
         name: replayed.filter(F.col("table") == name).select(*TABLE_COLUMNS[name])
@@ -398,6 +416,10 @@ def reconstruct(
     }
     report: dict[str, Any] = {
         "profile": profile,
+        "stream_node_max": {
+            "entries": options.node_max_entries,
+            "bytes": options.node_max_bytes,
+        },
         "as_of_ms": as_of_ms,
         "as_of_seq": as_of_seq,
         "stopped_before_seq": stop_seq,

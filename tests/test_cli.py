@@ -137,7 +137,12 @@ def test_reconstruct_passes_options(
     assert seen["spark"] is SENTINEL_SPARK and seen["events"] == str(tmp_path)
     assert (opts.profile, opts.as_of_seq, opts.as_of_ms) == ("7.0", 9, None)
     assert (opts.txn_app_id, opts.txn_version) == ("app", 4)
+    assert (opts.node_max_entries, opts.node_max_bytes) == (100, 4096)  # Redis' defaults
     assert "REPORT" in capsys.readouterr().out
+    nodes = ["--stream-node-max-entries", "0", "--stream-node-max-bytes", "512"]
+    assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", *nodes]) == 0
+    assert (seen["options"].node_max_entries, seen["options"].node_max_bytes) == (0, 512)
+    capsys.readouterr()
     assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", "--json"]) == 0
     assert '"read": 5' in capsys.readouterr().out
 
@@ -241,11 +246,12 @@ def test_defaults_and_overlays(tmp_path: Path) -> None:
     assert local.sources == (str(REPO / "conf" / "local.yaml"),)
     over = tmp_path / "over.yaml"
     over.write_text(
-        "reconstruct: {profile: '7.4'}\ngenerate: {seed: 99}\n"
+        "reconstruct: {profile: '7.4', stream_node_max_entries: 7}\ngenerate: {seed: 99}\n"
         "spark: {master: null, conf: {spark.sql.shuffle.partitions: 8}}\n"
     )
     merged = load_config([over])
     assert merged.profile == "7.4" and merged.generate.seed == 99
+    assert (merged.node_max_entries, merged.node_max_bytes) == (7, 4096)
     assert merged.generate.events == 20_000  # untouched keys keep their defaults
     assert merged.spark.master is None
     assert merged.spark.conf["spark.sql.shuffle.partitions"] == "8"
@@ -256,6 +262,9 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("reconstruct: {profile: '6.0'}\n")
     with pytest.raises(ConfigError, match=r"reconstruct\.profile"):
+        load_config([bad])
+    bad.write_text("reconstruct: {stream_node_max_bytes: -1}\n")
+    with pytest.raises(ConfigError, match=r"reconstruct\.stream_node_max_bytes"):
         load_config([bad])
     bad.write_text("- a list\n")
     with pytest.raises(ConfigError, match="mapping"):

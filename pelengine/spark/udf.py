@@ -102,9 +102,16 @@ class SeqOrderError(RuntimeError):
 
 
 def make_replay_function(
-    profile: str, as_of_ms: int, as_of_seq: int
+    profile: str,
+    as_of_ms: int,
+    as_of_seq: int,
+    node_max_entries: int = 100,
+    node_max_bytes: int = 4096,
 ) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The grouped (iterator-form) Arrow UDF replaying one family of stream keys.
+
+    ``node_max_entries``/``node_max_bytes`` are the server's ``stream-node-max-*``
+    settings (they decide what ``MAXLEN ~``/``MINID ~`` can drop).
 
     Input batches hold the family's events in ``seq`` order; output rows are
     the ``ownership_changes`` as they happen, then the final state tables and
@@ -123,7 +130,9 @@ def make_replay_function(
     def replay(
         key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
     ) -> Iterator[pa.RecordBatch]:
-        replayer = Replayer(profile)
+        replayer = Replayer(
+            profile, node_max_entries=node_max_entries, node_max_bytes=node_max_bytes
+        )
         family = f"db={key[0].as_py()} family={key[1].as_py()!r}"
         last_seq: int | None = None
         fanout_outcomes: list[dict[str, Any]] = []

@@ -281,3 +281,30 @@ def test_a_blocked_clients_command_elsewhere_ends_its_wait(spark: SparkSession) 
     assert got == [("a", "c"), ("w", "c")]
     result.unpersist()
     served.unpersist()
+
+
+def test_node_limits_reach_the_replay(spark: SparkSession) -> None:
+    """``MAXLEN ~`` drops whole nodes: with 3 entries per node the job trims what a model
+    with 3-entry nodes trims, and not what one with Redis' default 100 would."""
+    rows = [
+        {"seq": i, "ts_ms": 1000 + i, "argv": ["XADD", "s", f"{i}-1", "f", "v"], "db": 0}
+        for i in range(1, 11)
+    ]
+    rows.append({"seq": 11, "ts_ms": 2000, "argv": ["XTRIM", "s", "MAXLEN", "~", "4"], "db": 0})
+    for r in rows:
+        r.update(client=None, source="t")
+
+    def model_length(entries: int) -> int:
+        replayer = Replayer("7.0", node_max_entries=entries)
+        for r in rows:
+            replayer.apply(r["seq"], r["ts_ms"], r["argv"], 0, None)
+        (stream,) = [s for _, _, s in replayer.streams()]
+        return len(stream.entries)
+
+    events = spark.createDataFrame(rows, EVENTS_SCHEMA)
+    options = ReconstructOptions(profile="7.0", node_max_entries=3)
+    result = reconstruct(spark, events, options)
+    (got,) = [r["length"] for r in result.tables["streams"].collect()]
+    result.unpersist()
+    assert (model_length(3), model_length(100)) == (4, 10)  # the limit matters here
+    assert got == model_length(3)
