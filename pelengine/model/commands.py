@@ -275,19 +275,24 @@ def _approx_limit(args: TrimArgs, r: Replayer) -> int:
     return min(limit, 1_000_000)
 
 
-def _trim(r: Replayer, call: Call, stream: Stream, args: TrimArgs) -> int:
+def _trim(r: Replayer, call: Call, key: str, stream: Stream, args: TrimArgs) -> int:
     """Remove entries from the head as MAXLEN/MINID asks; returns how many.
 
     Walks the internal nodes from the head: a node is dropped whole when the
     threshold allows; approximate trimming (``~``) stops at the first node it
     cannot drop whole (or when LIMIT entries would be exceeded), exact trimming
     goes on inside that node. Node sizes follow ``stream-node-max-entries``
-    and ``stream-node-max-bytes`` (see ``listpack``).
+    and ``stream-node-max-bytes`` (see ``listpack``). Pending entries of the
+    removed IDs now dangle (``Replayer.entries_changed``).
     """
     entries = stream.entries
     nodes = stream.nodes
     limit = _approx_limit(args, r)
     deleted = 0
+    # the removed IDs, when a pending entry's history may need them
+    removed: list[StreamID] | None = (
+        [] if r.record_changes and any(g.pel for g in stream.groups.values()) else None
+    )
     while nodes:
         if args.strategy == "maxlen" and len(entries) <= args.maxlen:
             break
@@ -299,6 +304,8 @@ def _trim(r: Replayer, call: Call, stream: Stream, args: TrimArgs) -> int:
         else:
             remove_node = node.last_id < args.minid
         if remove_node:
+            if removed is not None:
+                removed.extend(entries[: node.live])
             del entries[: node.live]
             deleted += node.live
             del nodes[0]
@@ -310,12 +317,16 @@ def _trim(r: Replayer, call: Call, stream: Stream, args: TrimArgs) -> int:
         else:
             cut = min(entries.bisect_left(args.minid), node.live)
         if cut > 0:
+            if removed is not None:
+                removed.extend(entries[:cut])
             del entries[:cut]
             _mark_deleted(node, cut)
             deleted += cut
         break
     if deleted:
         _refresh_first_id(stream)
+        if removed:
+            r.entries_changed(call, key, stream, removed)
     return deleted
 
 
@@ -363,6 +374,9 @@ def xadd(r: Replayer, call: Call) -> None:
     if new_id <= last:
         raise CommandError("id_too_small")
     append_entry(r, stream, new_id, argv[field_pos::2], argv[field_pos + 1 :: 2])
+    if stream.groups:
+        # an ID deleted while pending can come back (XSETID below it, then XADD)
+        r.entries_changed(call, key, stream, [new_id])
     stream.last_id = new_id
     stream.entries_added += 1
     if stream.length == 1:
@@ -370,7 +384,7 @@ def xadd(r: Replayer, call: Call) -> None:
     call.result = new_id
     r.signal(call.db, key)
     if args.strategy is not None:
-        _trim(r, call, stream, args)
+        _trim(r, call, key, stream, args)
 
 
 def xtrim(r: Replayer, call: Call) -> None:
@@ -384,7 +398,7 @@ def xtrim(r: Replayer, call: Call) -> None:
     stream = r.lookup_stream(call.db, call.argv[1])
     if stream is None:
         return
-    _trim(r, call, stream, args)
+    _trim(r, call, call.argv[1], stream, args)
 
 
 def xdel(r: Replayer, call: Call) -> None:
@@ -401,9 +415,11 @@ def xdel(r: Replayer, call: Call) -> None:
     ids = [_strict_id(a) for a in argv[2:]]
     deleted = 0
     first_entry = False
+    removed: list[StreamID] = []
     for entry_id in ids:
         if entry_id in stream.entries:
             delete_entry(stream, entry_id)
+            removed.append(entry_id)
             if entry_id == stream.first_id:
                 first_entry = True
             if entry_id > stream.max_deleted_entry_id:
@@ -411,6 +427,8 @@ def xdel(r: Replayer, call: Call) -> None:
             deleted += 1
     if deleted and (stream.length == 0 or first_entry):
         _refresh_first_id(stream)
+    if removed and stream.groups:
+        r.entries_changed(call, argv[1], stream, removed)
 
 
 # --------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 ``Replayer.apply`` takes one command as the server executed it (its ``seq``,
 its time, argv, db and client) and changes the model exactly as Redis would,
 or leaves it untouched when Redis would have replied with an error. It keeps
-what Redis does not: every change of a pending entry (``ownership_changes``)
-and the life of each delivered entry (``delivery_counts``).
+what Redis does not: every change of a pending entry (``ownership_changes``),
+the life of each delivered entry (``delivery_counts``) and every version of
+each pending entry (``pel_history``: what the PEL showed, from when to when).
 
 ``Replayer.snapshot`` renders the state as rows of the output tables.
 """
@@ -25,6 +26,7 @@ from pelengine.model.state import (
     DeliveryRecord,
     Group,
     OtherValue,
+    PelVersion,
     PendingEntry,
     Stream,
 )
@@ -179,6 +181,8 @@ class Replayer:
         self.last_seq: int | None = None
         self.last_ts_ms: int | None = None
         self._changes: list[Row] = []
+        # closed pel_history versions not drained yet (open ones live on PendingEntry)
+        self._pel_history: list[Row] = []
         # open MULTI blocks per client -> the unit's "now" (None until its first command)
         self._units: dict[str | None, int | None] = {}
         # blocked readers in the order they blocked, and keys signalled as ready
@@ -289,10 +293,18 @@ class Replayer:
                 self.close_group(call, db, key, group, "key_deleted")
 
     def move_key(self, call: Call, db: int, src: str, dst: str) -> None:
+        """RENAME: the value moves; a stream's pending entries end their ``pel_history``
+        versions under ``src`` and start new ones under ``dst``."""
         value = self.keys.pop((db, src))
         if isinstance(value, Stream):
             call.touched_stream = True
             self.signal(db, src)
+            if self.record_changes:
+                for group in value.groups.values():
+                    for entry_id, nack in group.pel.items():
+                        self._end_version(call, db, src, group.name, entry_id, nack)
+                        exists = entry_id in value.entries
+                        self._track_version(call, db, dst, group.name, entry_id, nack, exists)
         self.keys[(db, dst)] = value
         self.signal(db, dst)
 
@@ -416,7 +428,8 @@ class Replayer:
         status: str | None = None,
         db: int | None = None,
     ) -> None:
-        """Note one change of a pending entry in both history tables."""
+        """Note one change of a pending entry in the history tables (``status``: it left
+        the PEL with that status)."""
         rec = group.records.get(entry_id)
         if status is None:
             assert to_consumer is not None
@@ -437,9 +450,16 @@ class Replayer:
             rec.closed_ms = call.now
             rec.delivery_count = nack.delivery_count
         if self.record_changes:
+            db = call.db if db is None else db
+            if status is None:
+                stream = self.keys.get((db, key))
+                exists = isinstance(stream, Stream) and entry_id in stream.entries
+                self._track_version(call, db, key, group.name, entry_id, nack, exists)
+            else:
+                self._end_version(call, db, key, group.name, entry_id, nack)
             self._changes.append(
                 {
-                    "db": call.db if db is None else db,
+                    "db": db,
                     "key": key,
                     "group": group.name,
                     **id_columns(entry_id),
@@ -460,6 +480,82 @@ class Replayer:
         rows, self._changes = self._changes, []
         return rows
 
+    # -- pel_history -----------------------------------------------------------
+    #
+    # A version of a pending entry (db, key, group, id) starts when the entry
+    # enters the PEL or one of the fields the PEL shows changes (consumer,
+    # delivery time, delivery count, entry_exists), and ends when the next one
+    # starts or the entry leaves the PEL. The open version is kept on the
+    # PendingEntry (``version``); closed ones wait in ``_pel_history`` until
+    # drained. A version that starts and ends within one command (same seq) was
+    # never visible between commands and is dropped.
+
+    def entries_changed(self, call: Call, key: str, stream: Stream, ids: list[StreamID]) -> None:
+        """Entries ``ids`` left the stream (XDEL, trimming) or came back (XADD): the
+        pending entries of those IDs change ``entry_exists``."""
+        if not self.record_changes:
+            return
+        for group in stream.groups.values():
+            pel = group.pel
+            if not pel:
+                continue
+            for entry_id in ids:
+                nack = pel.get(entry_id)
+                if nack is not None:
+                    exists = entry_id in stream.entries
+                    self._track_version(call, call.db, key, group.name, entry_id, nack, exists)
+
+    def _track_version(
+        self,
+        call: Call,
+        db: int,
+        key: str,
+        group: str,
+        entry_id: StreamID,
+        nack: PendingEntry,
+        exists: bool,
+    ) -> None:
+        """After ``call`` left the pending entry as it is now: a new version when what the
+        PEL shows differs from the open version (which then ends)."""
+        consumer = nack.consumer.name if nack.consumer is not None else None
+        old = nack.version
+        if old is not None:
+            if (
+                old.consumer == consumer
+                and old.delivery_time == nack.delivery_time
+                and old.delivery_count == nack.delivery_count
+                and old.entry_exists == exists
+            ):
+                return
+            self._close_version(call, db, key, group, entry_id, old)
+        nack.version = PelVersion(
+            consumer, nack.delivery_time, nack.delivery_count, exists, call.seq, call.now
+        )
+
+    def _end_version(
+        self, call: Call, db: int, key: str, group: str, entry_id: StreamID, nack: PendingEntry
+    ) -> None:
+        """The pending entry leaves the PEL (or its key) with ``call``."""
+        old = nack.version
+        if old is not None:
+            nack.version = None
+            self._close_version(call, db, key, group, entry_id, old)
+
+    def _close_version(
+        self, call: Call, db: int, key: str, group: str, entry_id: StreamID, version: PelVersion
+    ) -> None:
+        if version.from_seq == call.seq:
+            return  # started and ended within one command: never visible
+        self._pel_history.append(
+            _version_row(db, key, group, entry_id, version, call.seq, call.now)
+        )
+
+    def drain_pel_history(self) -> list[Row]:
+        """The closed ``pel_history`` versions recorded since the last call (without
+        ``as_of_*``; the open versions are part of ``snapshot``)."""
+        rows, self._pel_history = self._pel_history, []
+        return rows
+
     # -- snapshot --------------------------------------------------------------
 
     def streams(self) -> list[tuple[int, str, Stream]]:
@@ -469,13 +565,16 @@ class Replayer:
         )
 
     def snapshot(self, as_of_ms: int, as_of_seq: int) -> dict[str, list[Row]]:
-        """All state tables (pel, ownership, delivery_counts, groups, streams) as rows."""
+        """All state tables (pel, ownership, delivery_counts, groups, streams) as rows,
+        and the open versions of ``pel_history`` (the closed ones are drained with
+        ``drain_pel_history``)."""
         tables: dict[str, list[Row]] = {
             "pel": [],
             "ownership": [],
             "delivery_counts": [],
             "groups": [],
             "streams": [],
+            "pel_history": [],
         }
         as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
         active = self.profile.active_time
@@ -526,6 +625,11 @@ class Replayer:
                             **as_of,
                         }
                     )
+                    if nack.version is not None:
+                        tables["pel_history"].append(
+                            _version_row(db, key, group.name, entry_id, nack.version, None, None)
+                            | as_of
+                        )
                 for consumer in sorted(group.consumers.values(), key=lambda c: c.name):
                     pel = consumer.pel
                     tables["ownership"].append(
@@ -566,6 +670,32 @@ def id_columns(entry_id: StreamID) -> Row:
         "id": format_id(entry_id),
         "id_ms": to_bigint(entry_id.ms),
         "id_seq": to_bigint(entry_id.seq),
+    }
+
+
+def _version_row(
+    db: int,
+    key: str,
+    group: str,
+    entry_id: StreamID,
+    version: PelVersion,
+    to_seq: int | None,
+    to_ms: int | None,
+) -> Row:
+    """A ``pel_history`` row (without ``as_of_*``); ``to_seq`` None: still open."""
+    return {
+        "db": db,
+        "key": key,
+        "group": group,
+        **id_columns(entry_id),
+        "consumer": version.consumer,
+        "delivery_time_ms": version.delivery_time,
+        "delivery_count": version.delivery_count,
+        "entry_exists": version.entry_exists,
+        "valid_from_seq": version.from_seq,
+        "valid_from_ms": version.from_ms,
+        "valid_to_seq": to_seq,
+        "valid_to_ms": to_ms,
     }
 
 

@@ -6,12 +6,14 @@ its counters, and its consumer groups. A group holds its last delivered ID, its
 its consumers; each consumer indexes the same pending entries by owner.
 
 Beyond what Redis keeps, a group also keeps one ``DeliveryRecord`` per entry ID
-it ever delivered: the history behind the ``delivery_counts`` table.
+it ever delivered: the history behind the ``delivery_counts`` table; and each
+pending entry its open ``PelVersion``: the current row of ``pel_history``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sortedcontainers import SortedDict, SortedList
 
@@ -20,15 +22,35 @@ from pelengine.model.ids import ZERO_ID, StreamID
 INVALID_ENTRIES_READ = -1
 
 
-class PendingEntry:
-    """One entry of a group PEL: who holds it, since when, how often delivered."""
+class PelVersion(NamedTuple):
+    """What a pending entry showed from one moment on: the open row of ``pel_history``.
 
-    __slots__ = ("consumer", "delivery_time", "delivery_count")
+    ``consumer``, ``delivery_time``, ``delivery_count`` and ``entry_exists`` are
+    the entry's PEL-visible fields; ``from_seq``/``from_ms`` the command that set them.
+    """
+
+    consumer: str | None
+    delivery_time: int
+    delivery_count: int
+    entry_exists: bool
+    from_seq: int
+    from_ms: int
+
+
+class PendingEntry:
+    """One entry of a group PEL: who holds it, since when, how often delivered.
+
+    ``version`` is the entry's current ``pel_history`` version (None when the
+    replay does not record history).
+    """
+
+    __slots__ = ("consumer", "delivery_time", "delivery_count", "version")
 
     def __init__(self, consumer: Consumer | None, delivery_time: int, delivery_count: int) -> None:
         self.consumer = consumer
         self.delivery_time = delivery_time
         self.delivery_count = delivery_count
+        self.version: PelVersion | None = None
 
 
 class Consumer:
