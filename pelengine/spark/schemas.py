@@ -79,6 +79,10 @@ _COLUMN_TYPES: dict[str, DataType] = {
     "change": _S,
     "from_consumer": _S,
     "to_consumer": _S,
+    "valid_from_seq": _L,
+    "valid_from_ms": _L,
+    "valid_to_seq": _L,
+    "valid_to_ms": _L,
     "as_of_ms": _L,
     "as_of_seq": _L,
 }
@@ -175,9 +179,27 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "as_of_ms",
         "as_of_seq",
     ),
+    "pel_history": (
+        "db",
+        "key",
+        "group",
+        "id",
+        "id_ms",
+        "id_seq",
+        "consumer",
+        "delivery_time_ms",
+        "delivery_count",
+        "entry_exists",
+        "valid_from_seq",
+        "valid_from_ms",
+        "valid_to_seq",
+        "valid_to_ms",
+        "as_of_ms",
+        "as_of_seq",
+    ),
 }
 STATE_TABLES = ("pel", "ownership", "delivery_counts", "groups", "streams")
-OUTPUT_TABLES = (*STATE_TABLES, "ownership_changes")
+OUTPUT_TABLES = (*STATE_TABLES, "ownership_changes", "pel_history")
 
 # Outcome rows: how many commands of a kind a replay applied, ignored or failed.
 STAT_FIELDS = (

@@ -114,8 +114,9 @@ def make_replay_function(
     settings (they decide what ``MAXLEN ~``/``MINID ~`` can drop).
 
     Input batches hold the family's events in ``seq`` order; output rows are
-    the ``ownership_changes`` as they happen, then the final state tables and
-    the outcome counters, all in the wide ``REPLAY_OUTPUT_SCHEMA``.
+    the ``ownership_changes`` and closed ``pel_history`` versions as they happen,
+    then the final state tables (with the open ``pel_history`` versions) and the
+    outcome counters, all in the wide ``REPLAY_OUTPUT_SCHEMA``.
     """
     schema = _arrow_schema(REPLAY_OUTPUT_SCHEMA)
     as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
@@ -174,6 +175,10 @@ def make_replay_function(
             for row in changes:
                 row.update(as_of)
             yield from emit("ownership_changes", changes)
+            versions = replayer.drain_pel_history()
+            for row in versions:
+                row.update(as_of)
+            yield from emit("pel_history", versions)
         for table, rows in replayer.snapshot(as_of_ms, as_of_seq).items():
             yield from emit(table, rows)
         yield from emit("outcome", fanout_outcomes)

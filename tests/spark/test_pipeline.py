@@ -72,15 +72,18 @@ def _valid(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _expected(spark: SparkSession, rows: list[dict[str, Any]]) -> dict[str, Any]:
     replayer = Replayer("7.0")
     changes = []
+    closed_versions = []
     for r in rows:
         replayer.apply(r["seq"], r["ts_ms"], r["argv"], r["db"] or 0, r["client"])
         changes.extend(replayer.drain_changes())
+        closed_versions.extend(replayer.drain_pel_history())
     as_of_ms = max(r["ts_ms"] for r in rows)
     as_of_seq = max(r["seq"] for r in rows)
     tables = replayer.snapshot(as_of_ms, as_of_seq)
-    for row in changes:
+    for row in changes + closed_versions:
         row.update(as_of_ms=as_of_ms, as_of_seq=as_of_seq)
     tables["ownership_changes"] = changes
+    tables["pel_history"] = closed_versions + tables["pel_history"]  # closed, then open ones
     return {
         name: spark.createDataFrame(
             [{c: row.get(c) for c in TABLE_COLUMNS[name]} for row in tables[name]],
@@ -112,6 +115,20 @@ def test_job_equals_one_replay_in_seq_order(
     assert_df_equality(
         job.tables[table], expected[table], ignore_row_order=True, ignore_nullable=True
     )
+
+
+def test_pel_history_open_versions_are_the_pel(job: Any) -> None:
+    history = job.tables["pel_history"]
+    fields = [c for c in TABLE_COLUMNS["pel"] if c != "idle_ms"]
+    assert_df_equality(
+        history.filter("valid_to_seq IS NULL").select(*fields),
+        job.tables["pel"].select(*fields),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    closed = history.filter("valid_to_seq IS NOT NULL")
+    assert closed.count() > 0
+    assert closed.filter("valid_to_seq <= valid_from_seq").count() == 0
 
 
 def test_report_counts_every_valid_event_once(workload: list[dict[str, Any]], job: Any) -> None:
