@@ -144,8 +144,17 @@ def _wait_blocked(
     raise TimeoutError(f"{blocked.argv} neither blocked nor answered")
 
 
-def run_scenario(server: RedisServer, scenario: Scenario, star_mode: str = "keep") -> ScenarioRun:
-    """Run the steps on ``server`` (expected empty) and read its state after each one."""
+def run_scenario(
+    server: RedisServer,
+    scenario: Scenario,
+    star_mode: str = "keep",
+    on_checkpoint: Callable[[int], None] | None = None,
+) -> ScenarioRun:
+    """Run the steps on ``server`` (expected empty) and read its state after each one.
+
+    ``on_checkpoint(seq)`` is called right after each checkpoint's state was read
+    (e.g. to note how far the server's AOF had got at that moment).
+    """
     counter = SeqCounter(1)
     dbs = _dbs(scenario.steps)
     clients: dict[int, redis.Redis] = {}
@@ -203,6 +212,8 @@ def run_scenario(server: RedisServer, scenario: Scenario, star_mode: str = "keep
                 # comes before commands that ran later, so it is compared once served)
                 seq = max(r.seq for r in run.records)
                 run.checkpoints.append((seq, read_truth(server, dbs)))
+                if on_checkpoint is not None:
+                    on_checkpoint(seq)
         for call in blocked:
             run.records.append(call.finish())
         run.records.sort(key=lambda r: r.seq)

@@ -98,6 +98,15 @@ class RedisServer:
             return ""
 
 
+def _accepts(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def start_server(
     binary: str | None = None,
     timeout_s: float = 10.0,
@@ -144,6 +153,11 @@ def start_server(
             if process.poll() is not None:
                 last_error = RuntimeError(f"redis-server exited with {process.returncode}")
                 break
+            if not _accepts("127.0.0.1", port):
+                # not listening yet: a plain socket fails at once, where redis-py's
+                # client would retry with backoff (about a second per refused start)
+                time.sleep(0.005)
+                continue
             try:
                 with raw_client("127.0.0.1", port, socket_timeout=1) as c:
                     if c.execute_command("PING") == "PONG":
