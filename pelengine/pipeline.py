@@ -30,7 +30,7 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
 from pyspark.sql.window import Window
 
 from pelengine import storage
@@ -65,6 +65,25 @@ class ReconstructOptions:
     # the server's stream-node-max-entries / stream-node-max-bytes ('~' trimming)
     node_max_entries: int = 100
     node_max_bytes: int = 4096
+    # incremental runs: keep each family's model as state (see pelengine.incremental)
+    incremental: bool = False
+
+
+@dataclass
+class Carry:
+    """What an incremental run continues from: the state after the events up to
+    ``high_seq`` (see :mod:`pelengine.incremental`). ``reconstruct`` then replays only
+    the events it is given (those after ``high_seq``) and carries the rest over."""
+
+    high_seq: int
+    as_of_ms: int | None
+    as_of_seq: int | None
+    family_of: dict[tuple[int, str], str]  # keys tied into one family so far
+    states: DataFrame  # db, family, applied_seq, state_blob, agg_n, agg_x
+    previous: dict[str, DataFrame]  # every output table as it is now (+ rejected_events)
+    waits: list[tuple[str, int, str]]  # (client, db, family) of every blocking read so far
+    select_db: int = 0  # the db of the last SELECT (for rows that carry none)
+    open_units: dict[str, int | None] = field(default_factory=dict)  # 7.2+ MULTI left open
 
 
 @dataclass
@@ -77,6 +96,9 @@ class ReconstructResult:
     as_of_seq: int | None
     report: dict[str, Any] = field(default_factory=dict)
     _persisted: list[DataFrame] = field(default_factory=list)
+    # incremental runs: the family rows of the new state and what the run row keeps
+    states: DataFrame | None = None
+    carried: dict[str, Any] = field(default_factory=dict)
 
     def unpersist(self) -> None:
         """Release the cached replay output."""
@@ -147,30 +169,50 @@ def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     )
 
 
-def resolve_db(spark: SparkSession, valid: DataFrame) -> DataFrame:
-    """Give rows without ``db`` the db of the latest SELECT before them (an AOF's way), else 0."""
+def resolve_db(spark: SparkSession, valid: DataFrame, initial_db: int = 0) -> DataFrame:
+    """Give rows without ``db`` the db of the latest SELECT before them (an AOF's way), else
+    ``initial_db`` (0, or where the previous incremental run's last SELECT left it)."""
     is_select = F.upper(F.col("argv")[0]) == "SELECT"
     needs = valid.filter(is_select & F.col("db").isNull()).limit(1).count() > 0
     if not needs:
-        return valid.withColumn("db", F.coalesce(F.col("db"), F.lit(0)))
+        return valid.withColumn("db", F.coalesce(F.col("db"), F.lit(initial_db)))
     selected = F.when(is_select & F.col("db").isNull(), F.col("argv")[1].cast("int"))
     window = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     return (
         valid.withColumn("_sel", F.last(selected, ignorenulls=True).over(window))
-        .withColumn("db", F.coalesce(F.col("db"), F.col("_sel"), F.lit(0)))
+        .withColumn("db", F.coalesce(F.col("db"), F.col("_sel"), F.lit(initial_db)))
         .drop("_sel")
     )
 
 
-def unit_time(valid: DataFrame) -> DataFrame:
+def last_select_db(valid: DataFrame, initial_db: int = 0) -> int:
+    """The db a row without ``db`` after these rows would get (for the next run)."""
+    is_select = (F.upper(F.col("argv")[0]) == "SELECT") & F.col("db").isNull()
+    row = (
+        valid.filter(is_select & (F.size("argv") > 1))
+        .orderBy(F.desc("seq"))
+        .select(F.col("argv")[1].cast("int").alias("db"))
+        .first()
+    )
+    return initial_db if row is None or row["db"] is None else int(row["db"])
+
+
+_SYNTHETIC_SEQ = -(2**63)  # seqs of the rows standing for a unit a previous run left open
+
+
+def unit_time(valid: DataFrame, open_units: dict[str, int | None] | None = None) -> DataFrame:
     """7.2+: commands of one MULTI/EXEC share one "now", the time of the unit's first command.
 
     A unit is what one client (``client``; null for an AOF's single stream)
-    sends between MULTI and EXEC/DISCARD, in ``seq`` order.
+    sends between MULTI and EXEC/DISCARD, in ``seq`` order. ``open_units``: units a
+    previous incremental run left open (client -> the unit's time, None if it had no
+    command yet); they continue into these rows.
     """
     name = F.upper(F.col("argv")[0])
-    if valid.filter(name == "MULTI").limit(1).count() == 0:
+    if valid.filter(name == "MULTI").limit(1).count() == 0 and not open_units:
         return valid
+    if open_units:
+        valid = valid.unionByName(_open_unit_rows(valid, open_units))
     by_client = Window.partitionBy(F.coalesce(F.col("client"), F.lit(""))).orderBy("seq")
     upto = by_client.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     opened = F.last(F.when(name == "MULTI", F.col("seq")), ignorenulls=True).over(upto)
@@ -184,9 +226,55 @@ def unit_time(valid: DataFrame) -> DataFrame:
     )
     unit = Window.partitionBy(F.coalesce(F.col("client"), F.lit("")), "_unit").orderBy("seq")
     first_ts = F.first("ts_ms").over(unit.rowsBetween(Window.unboundedPreceding, 0))
-    return marked.withColumn(
+    out = marked.withColumn(
         "ts_ms", F.when(F.col("_unit").isNotNull(), first_ts).otherwise(F.col("ts_ms"))
     ).drop("_unit")
+    return out.filter(F.col("seq") > _SYNTHETIC_SEQ + 1) if open_units else out
+
+
+def _open_unit_rows(valid: DataFrame, open_units: dict[str, int | None]) -> DataFrame:
+    """A MULTI (and, when the unit had a command, one carrying its time) per open unit."""
+    rows: list[tuple[Any, ...]] = []
+    for client, ts in open_units.items():
+        rows.append((_SYNTHETIC_SEQ, 0, ["MULTI"], 0, client or None, None))
+        if ts is not None:
+            rows.append((_SYNTHETIC_SEQ + 1, ts, ["PING"], 0, client or None, None))
+    return valid.sparkSession.createDataFrame(rows, valid.schema)
+
+
+def open_units_after(
+    valid: DataFrame, open_units: dict[str, int | None] | None
+) -> dict[str, int | None]:
+    """7.2+: the units still open after these rows (client -> unit time or None), for the
+    next incremental run; ``valid`` is what ``unit_time`` returned."""
+    name = F.upper(F.col("argv")[0])
+    rows = valid
+    if open_units:
+        rows = rows.unionByName(_open_unit_rows(valid, open_units))
+    client = F.coalesce(F.col("client"), F.lit(""))
+    brackets = (
+        rows.filter(name.isin("MULTI", "EXEC", "DISCARD"))
+        .groupBy(client.alias("c"))
+        .agg(
+            F.max(F.when(name == "MULTI", F.col("seq"))).alias("opened"),
+            F.max(F.when(name != "MULTI", F.col("seq"))).alias("closed"),
+        )
+        .filter(
+            F.col("opened").isNotNull()
+            & (F.col("closed").isNull() | (F.col("opened") > F.col("closed")))
+        )
+    )
+    still = brackets.collect()
+    out: dict[str, int | None] = {}
+    for row in still:
+        first = (
+            rows.filter((client == row["c"]) & (F.col("seq") > row["opened"]))
+            .orderBy("seq")
+            .select("ts_ms")
+            .first()
+        )
+        out[row["c"]] = None if first is None else int(first["ts_ms"])
+    return out
 
 
 def cut_as_of(
@@ -210,8 +298,20 @@ def cut_as_of(
 # --------------------------------------------------------------------------
 
 
-def family_map(spark: SparkSession, valid: DataFrame) -> dict[tuple[int, str], str]:
-    """Keys tied together by RENAME or multi-stream XREADGROUP, mapped to one family name."""
+def family_map(
+    spark: SparkSession,
+    valid: DataFrame,
+    prior: dict[tuple[int, str], str] | None = None,
+    saved: set[tuple[int, str]] | None = None,
+    renamed: dict[tuple[int, str], str] | None = None,
+) -> dict[tuple[int, str], str]:
+    """Keys tied together by RENAME or multi-stream XREADGROUP, mapped to one family name.
+
+    ``prior``: the families of a previous run (incremental), ``saved``: the (db, family)
+    that have saved state. Saved families keep their names; when these rows tie several
+    of them together, the merged family takes the smallest name and ``renamed`` gets
+    ``(db, old name) -> new name`` for the others (their saved models are merged).
+    """
     name = F.upper(F.col("argv")[0])
     candidates = valid.filter(name.isin("RENAME", "RENAMENX", "XREADGROUP")).select("db", "argv")
     rows = (
@@ -230,21 +330,47 @@ def family_map(spark: SparkSession, valid: DataFrame) -> dict[tuple[int, str], s
             parent[node], node = root, parent.get(node, node)
         return root
 
-    for row in rows:
-        keys = [(row["db"], k) for k in row["links"]]
+    links = [[(row["db"], k) for k in row["links"]] for row in rows]
+    if prior:
+        by_family: dict[tuple[int, str], list[tuple[int, str]]] = {}
+        for (db, key), fam in prior.items():
+            by_family.setdefault((db, fam), []).append((db, key))
+        links += [[(db, fam), *keys] for (db, fam), keys in by_family.items()]
+    for keys in links:
         for other in keys[1:]:
             a, b = find(keys[0]), find(other)
             if a != b:
                 parent[max(a, b)] = min(a, b)
-    return {node: find(node)[1] for node in parent} | {
-        root: root[1] for root in {find(n) for n in parent}
+    names = {root: root[1] for root in {find(n) for n in parent}}
+    if prior or saved:
+        # a component keeps the name of the one saved family it contains
+        holders: dict[tuple[int, str], set[str]] = {}
+        for node in list(parent):
+            holder: str | None = (prior or {}).get(node)
+            if holder is None and node in (saved or set()):
+                holder = node[1]
+            if holder is not None:
+                holders.setdefault(find(node), set()).add(holder)
+        for root, fams in holders.items():
+            chosen = min(fams)
+            names[root] = chosen
+            if renamed is not None:
+                renamed.update({(root[0], f): chosen for f in fams if f != chosen})
+    return {node: names[find(node)] for node in parent} | {
+        root: names[root] for root in {find(n) for n in parent}
     }
 
 
-def route_events(spark: SparkSession, valid: DataFrame, profile: str) -> DataFrame:
+def route_events(
+    spark: SparkSession,
+    valid: DataFrame,
+    profile: str,
+    families: dict[tuple[int, str], str] | None = None,
+) -> DataFrame:
     """Each event with its command name, scope, families and (when it reaches no
     stream) the outcome it has on its own."""
-    families = family_map(spark, valid)
+    if families is None:
+        families = family_map(spark, valid)
     out_schema = StructType(
         [
             *valid.schema.fields,
@@ -258,22 +384,33 @@ def route_events(spark: SparkSession, valid: DataFrame, profile: str) -> DataFra
     return valid.mapInArrow(make_router(profile, families), out_schema)
 
 
-def activity_markers(routed: DataFrame) -> DataFrame | None:
+def blocking_waits(routed: DataFrame) -> DataFrame:
+    """(client, m_db, m_family) of every blocking XREADGROUP in ``routed``."""
+    blocks = F.exists("argv", lambda a: F.upper(a) == "BLOCK")
+    return (
+        routed.filter((F.col("command") == "XREADGROUP") & F.col("client").isNotNull() & blocks)
+        .select("client", F.col("db").alias("m_db"), F.explode("families").alias("m_family"))
+        .distinct()
+    )
+
+
+def activity_markers(
+    routed: DataFrame, waits: list[tuple[str, int, str]] | None = None
+) -> DataFrame | None:
     """Markers telling a family that a client blocked there sent a command elsewhere.
 
     A blocked connection sends nothing: a client's next command ends its wait,
     even when that command touches keys of another family. Every command of a
     client that ever blocked in a family, and that does not reach that family
     itself, sends it a ``marker`` row (same seq and time, no effect but that).
+    ``waits``: the (client, db, family) of blocking reads of earlier runs (incremental).
     """
-    blocks = F.exists("argv", lambda a: F.upper(a) == "BLOCK")
-    waits = (
-        routed.filter((F.col("command") == "XREADGROUP") & F.col("client").isNotNull() & blocks)
-        .select("client", F.col("db").alias("m_db"), F.explode("families").alias("m_family"))
-        .distinct()
-    )
-    if waits.limit(1).count() == 0:
+    found = [(r["client"], r["m_db"], r["m_family"]) for r in blocking_waits(routed).collect()]
+    every = sorted(set(found) | set(waits or []))
+    if not every:
         return None
+    spark = routed.sparkSession
+    waits_df = spark.createDataFrame(every, "client string, m_db int, m_family string")
     same_db = F.col("db") == F.col("m_db")
     reaches = (
         ((F.col("scope") == "keys") & same_db & F.array_contains("families", F.col("m_family")))
@@ -281,7 +418,7 @@ def activity_markers(routed: DataFrame) -> DataFrame | None:
         | ((F.col("scope") == "db") & same_db)
     )
     return (
-        routed.join(F.broadcast(waits), "client")
+        routed.join(F.broadcast(waits_df), "client")
         .filter(~reaches)
         .select(
             "seq",
@@ -296,15 +433,20 @@ def activity_markers(routed: DataFrame) -> DataFrame | None:
     )
 
 
-def fan_out(routed: DataFrame) -> DataFrame:
+def fan_out(
+    routed: DataFrame,
+    waits: list[tuple[str, int, str]] | None = None,
+    known: DataFrame | None = None,
+) -> DataFrame:
     """One row per (event, family) it must reach, flagged ``fanout`` when it reaches several,
-    plus the activity markers of clients that block."""
-    rows = _fan_out_commands(routed).withColumn("marker", F.lit(False))
-    markers = activity_markers(routed)
+    plus the activity markers of clients that block. ``waits``/``known``: blocking reads
+    and families (db, family) of earlier runs (incremental)."""
+    rows = _fan_out_commands(routed, known).withColumn("marker", F.lit(False))
+    markers = activity_markers(routed, waits)
     return rows if markers is None else rows.unionByName(markers)
 
 
-def _fan_out_commands(routed: DataFrame) -> DataFrame:
+def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -> DataFrame:
     keyed = routed.filter(F.col("scope") == "keys").withColumn("fanout", F.size("families") > 1)
     per_family = keyed.select(
         "seq", "ts_ms", "argv", "db", "client", "fanout", F.explode("families").alias("family")
@@ -312,7 +454,10 @@ def _fan_out_commands(routed: DataFrame) -> DataFrame:
     flush = routed.filter(F.col("scope").isin("db", "all"))
     if flush.limit(1).count() == 0:
         return per_family
-    known = per_family.select("db", "family").distinct()
+    known = per_family.select("db", "family")
+    if extra_known is not None:
+        known = known.unionByName(extra_known.select("db", "family"))
+    known = known.distinct()
     flush_rows = (
         flush.alias("f")
         .join(
@@ -346,19 +491,129 @@ def replay_stage(
     partitions: int,
     node_max_entries: int = 100,
     node_max_bytes: int = 4096,
+    *,
+    keep_state: bool = False,
+    mark_seq: int | None = None,
 ) -> DataFrame:
     """The one shuffle and sort: families hashed to partitions, events sorted by seq,
-    then the grouped iterator UDF (same grouping columns, so Spark adds no exchange)."""
+    then the grouped iterator UDF (same grouping columns, so Spark adds no exchange).
+
+    With ``keep_state`` the rows may include one ``state`` row per family (its saved
+    model, at the family's last applied seq, so it sorts first) and the replay emits
+    each family's model at the end."""
     keys = ("db", "family")
     return (
         routed_rows.repartition(partitions, *keys)
         .sortWithinPartitions(*keys, "seq")
         .groupBy(*keys)
         .applyInArrow(
-            make_replay_function(profile, as_of_ms, as_of_seq, node_max_entries, node_max_bytes),
+            make_replay_function(
+                profile,
+                as_of_ms,
+                as_of_seq,
+                node_max_entries,
+                node_max_bytes,
+                keep_state=keep_state,
+                mark_seq=mark_seq,
+            ),
             REPLAY_OUTPUT_SCHEMA,
         )
     )
+
+
+def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
+    """``rows`` with a null ``state`` column, plus the saved state of every family they reach."""
+    rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
+    reached = rows.select("db", "family").distinct()
+    seeds = states.join(reached, ["db", "family"], "inner").select(
+        F.col("applied_seq").alias("seq"),
+        F.lit(0).cast("long").alias("ts_ms"),
+        F.lit(None).cast(ArrayType(StringType())).alias("argv"),
+        "db",
+        F.lit(None).cast("string").alias("client"),
+        F.lit(False).alias("fanout"),
+        "family",
+        F.lit(False).alias("marker"),
+        F.col("state_blob").alias("state"),
+    )
+    return rows.unionByName(seeds)
+
+
+def _rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> DataFrame:
+    """Saved state rows under the names of the families they were merged into."""
+    spark = states.sparkSession
+    moves = spark.createDataFrame(
+        [(db, old, new) for (db, old), new in renamed.items()],
+        "db int, family string, _new string",
+    )
+    return (
+        states.join(F.broadcast(moves), ["db", "family"], "left")
+        .withColumn("family", F.coalesce(F.col("_new"), F.col("family")))
+        .drop("_new")
+    )
+
+
+def _family_column(df: DataFrame, family_of: dict[tuple[int, str], str]) -> DataFrame:
+    """``df`` (with db, key) plus ``family``: its family (the key itself unless tied)."""
+    spark = df.sparkSession
+    if not family_of:
+        return df.withColumn("family", F.col("key"))
+    linked = spark.createDataFrame(
+        [(db, key, fam) for (db, key), fam in family_of.items()],
+        "db int, key string, _fam string",
+    )
+    return (
+        df.join(F.broadcast(linked), ["db", "key"], "left")
+        .withColumn("family", F.coalesce(F.col("_fam"), F.col("key")))
+        .drop("_fam")
+    )
+
+
+def _carry_tables(
+    new: dict[str, DataFrame],
+    carry: Carry,
+    family_of: dict[tuple[int, str], str],
+    replayed: DataFrame,
+    as_of_ms: int | None,
+    as_of_seq: int | None,
+) -> dict[str, DataFrame]:
+    """Each output table of an incremental run: the replayed families' new rows, and the
+    previous rows of every other family; history tables keep what earlier runs wrote
+    (up to ``high_seq``: a row past it can only be from an interrupted run, which this
+    run writes again). Every kept row gets this run's ``as_of`` (and ``idle_ms``), as a
+    full run would give it."""
+    out: dict[str, DataFrame] = {}
+    for name, fresh in new.items():
+        old = carry.previous.get(name)
+        if old is None:
+            out[name] = fresh
+            continue
+        cols = list(fresh.columns)
+        if name == "ownership_changes":
+            kept = old.filter(F.col("seq") <= carry.high_seq)
+        elif name == "pel_history":
+            tagged = _family_column(old, family_of)
+            open_here = F.col("valid_to_seq").isNull() & F.col("_hit")
+            kept = (
+                tagged.join(replayed.withColumn("_hit", F.lit(True)), ["db", "family"], "left")
+                .withColumn("_hit", F.coalesce(F.col("_hit"), F.lit(False)))
+                .filter(
+                    ~open_here
+                    & (F.col("valid_to_seq").isNull() | (F.col("valid_to_seq") <= carry.high_seq))
+                )
+            )
+        else:
+            kept = _family_column(old, family_of).join(replayed, ["db", "family"], "left_anti")
+        if "as_of_ms" in cols:
+            kept = kept.withColumn("as_of_ms", F.lit(as_of_ms).cast("long")).withColumn(
+                "as_of_seq", F.lit(as_of_seq).cast("long")
+            )
+        if "idle_ms" in cols:
+            kept = kept.withColumn(
+                "idle_ms", F.lit(as_of_ms).cast("long") - F.col("delivery_time_ms")
+            )
+        out[name] = fresh.unionByName(kept.select(*cols))
+    return out
 
 
 def reconstruct(
@@ -366,9 +621,19 @@ def reconstruct(
     events: DataFrame,
     options: ReconstructOptions | None = None,
     progress: Progress = _quiet,
+    carry: Carry | None = None,
+    mark_seq: int | None = None,
 ) -> ReconstructResult:
-    """Reconstruct every output table from an events DataFrame (no storage involved)."""
+    """Reconstruct every output table from an events DataFrame (no storage involved).
+
+    ``carry`` (incremental runs): ``events`` are only the rows after ``carry.high_seq``;
+    the families they reach continue from their saved models, every other family's
+    rows are carried over from ``carry.previous``. ``mark_seq`` (incremental): the state
+    rows also digest the rows up to it (``mark_n``/``mark_x``).
+    """
     options = options or ReconstructOptions()
+    if carry is not None and (options.as_of_ms is not None or options.as_of_seq is not None):
+        raise ValueError("an incremental run cannot stop at --as-of-ms/--as-of-seq")
     profile = get_profile(options.profile).name
     timings: dict[str, float] = {}
     clock = time.monotonic()
@@ -382,22 +647,55 @@ def reconstruct(
     progress("validating events")
     conformed = conform_events(events)
     valid, rejected = split_rejected(conformed)
-    valid = resolve_db(spark, valid).select(*(f.name for f in EVENTS_SCHEMA.fields))
+    initial_db = carry.select_db if carry is not None else 0
+    carried: dict[str, Any] = {}
+    if options.incremental:
+        carried["select_db"] = last_select_db(valid, initial_db)
+    valid = resolve_db(spark, valid, initial_db).select(*(f.name for f in EVENTS_SCHEMA.fields))
     valid, stop_seq = cut_as_of(valid, options.as_of_ms, options.as_of_seq)
+    open_units = carry.open_units if carry is not None else None
     if get_profile(profile).unit_time_snapshot:
-        valid = unit_time(valid)
+        valid = unit_time(valid, open_units)
     valid = valid.persist(StorageLevel.MEMORY_AND_DISK)
+    if options.incremental:
+        carried["open_units"] = (
+            open_units_after(valid, open_units) if get_profile(profile).unit_time_snapshot else {}
+        )
     bounds = valid.agg(F.count(F.lit(1)), F.max("seq"), F.max("ts_ms")).first()
     assert bounds is not None
     n_valid, max_seq, max_ts = bounds[0], bounds[1], bounds[2]
+    if carry is not None:
+        max_ts = _max(carry.as_of_ms, max_ts)
+        max_seq = _max(carry.as_of_seq, max_seq)
     as_of_ms = options.as_of_ms if options.as_of_ms is not None else max_ts
     as_of_seq = options.as_of_seq if options.as_of_seq is not None else max_seq
     if options.as_of_seq is not None and max_seq is not None:
         as_of_seq = min(options.as_of_seq, max_seq)
     lap("validate")
     progress(f"routing {n_valid:,} events to stream families")
-    routed = route_events(spark, valid, profile).persist(StorageLevel.MEMORY_AND_DISK)
-    rows = fan_out(routed)
+    saved: set[tuple[int, str]] | None = None
+    renamed: dict[tuple[int, str], str] = {}
+    states_in = carry.states if carry is not None else None
+    if carry is not None:
+        saved = {(r["db"], r["family"]) for r in carry.states.select("db", "family").collect()}
+    families = family_map(spark, valid, carry.family_of if carry else None, saved, renamed)
+    if renamed and states_in is not None:
+        progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
+        states_in = _rename_families(states_in, renamed)
+    routed = route_events(spark, valid, profile, families).persist(StorageLevel.MEMORY_AND_DISK)
+    old_waits = [(c, db, renamed.get((db, f), f)) for c, db, f in (carry.waits if carry else [])]
+    rows = fan_out(
+        routed, old_waits, states_in.select("db", "family") if states_in is not None else None
+    )
+    if options.incremental:
+        found = [(r["client"], r["m_db"], r["m_family"]) for r in blocking_waits(routed).collect()]
+        carried["waits"] = sorted(set(found) | set(old_waits))
+        carried["family_of"] = families
+        if carry is not None:
+            assert states_in is not None
+            rows = _seed_rows(rows, states_in)
+        else:
+            rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
     lap("route")
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
     progress(f"replaying through the {profile} model in {partitions} partitions")
@@ -409,11 +707,28 @@ def reconstruct(
         partitions,
         options.node_max_entries,
         options.node_max_bytes,
+        keep_state=options.incremental,
+        mark_seq=mark_seq,
     ).persist(StorageLevel.MEMORY_AND_DISK)
     tables = {
         name: replayed.filter(F.col("table") == name).select(*TABLE_COLUMNS[name])
         for name in OUTPUT_TABLES
     }
+    states: DataFrame | None = None
+    if options.incremental:
+        state_cols = ("db", "family", "applied_seq", "state_blob", "agg_n", "agg_x")
+        states = replayed.filter(F.col("table") == "state").select(*state_cols, "mark_n", "mark_x")
+        if carry is not None:
+            assert states_in is not None
+            replayed_families = states.select("db", "family")
+            tables = _carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
+            untouched = (
+                states_in.join(replayed_families, ["db", "family"], "left_anti")
+                .select(*state_cols)
+                .withColumn("mark_n", F.lit(None).cast("long"))
+                .withColumn("mark_x", F.lit(None).cast("long"))
+            )
+            states = states.unionByName(untouched)
     report: dict[str, Any] = {
         "profile": profile,
         "stream_node_max": {
@@ -427,11 +742,24 @@ def reconstruct(
         "timings_s": timings,
     }
     result = ReconstructResult(
-        tables, rejected, as_of_ms, as_of_seq, report, [valid, routed, replayed]
+        tables,
+        rejected,
+        as_of_ms,
+        as_of_seq,
+        report,
+        [valid, routed, replayed],
+        states=states,
+        carried=carried,
     )
     _count_outcomes(routed, replayed, report)
     lap("replay")
     return result
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
 
 
 def _count_outcomes(routed: DataFrame, replayed: DataFrame, report: dict[str, Any]) -> None:
@@ -513,8 +841,15 @@ def run_reconstruct(
     progress: Progress = _quiet,
 ) -> dict[str, Any]:
     """Read the events table, reconstruct, write every table under ``out_path``; return
-    the run report (also written to ``out_path/_run_report.json``)."""
+    the run report (also written to ``out_path/_run_report.json``).
+
+    ``options.incremental``: continue from the state under ``out_path`` (see
+    :mod:`pelengine.incremental`)."""
     options = options or ReconstructOptions()
+    if options.incremental:
+        from pelengine.incremental import run_incremental
+
+        return run_incremental(spark, events_path, out_path, options, progress)
     started = time.time()
     if not storage.table_exists(spark, events_path):
         raise InputContractError(f"--events {events_path}: no Delta table there")

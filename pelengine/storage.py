@@ -123,9 +123,13 @@ def storage_mode(spark: SparkSession) -> str:
 # --------------------------------------------------------------------------- read / write
 
 
-def read_table(spark: SparkSession, path: str) -> DataFrame:
-    """The Delta table at ``path``."""
-    return spark.read.format("delta").load(path)
+def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+    """The Delta table at ``path`` (its snapshot at ``version`` when given: reading it
+    again later gives the same rows, whatever was written since)."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", str(version))
+    return reader.load(path)
 
 
 def write_table(

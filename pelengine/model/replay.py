@@ -252,6 +252,30 @@ class Replayer:
         counters.ignored += 1
         return Outcome("ignored")
 
+    def absorb(self, other: Replayer) -> None:
+        """Take over ``other``'s keys, closed delivery records and waiting clients.
+
+        Used when new commands tie two families together (a RENAME or a multi-stream
+        XREADGROUP across keys replayed apart until then): their keys are disjoint, so
+        the union is the state one replay of both would have; waiting clients keep the
+        order in which they blocked.
+        """
+        self.keys.update(other.keys)
+        self._closed.extend(other._closed)
+        self._changes.extend(other._changes)
+        self._pel_history.extend(other._pel_history)
+        for client, unit in other._units.items():
+            self._units.setdefault(client, unit)
+        self._blocked = sorted([*self._blocked, *other._blocked], key=lambda b: b.seq)
+        self._ready.update(other._ready)
+        if other.last_seq is not None and (self.last_seq is None or other.last_seq > self.last_seq):
+            self.last_seq, self.last_ts_ms = other.last_seq, other.last_ts_ms
+
+    def reset_counters(self) -> None:
+        """Start counting outcomes afresh (a saved model continuing in a new run)."""
+        self.counters = Counters()
+        self.notes = {}
+
     def _fail(self, kind: str) -> Outcome:
         self.counters.failed += 1
         self.counters.errors[kind] = self.counters.errors.get(kind, 0) + 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     DataType,
     IntegerType,
@@ -209,10 +210,40 @@ STAT_FIELDS = (
     StructField("stat_count", _L, True),
 )
 
+# A family's saved model (incremental runs), as the replay emits it.
+REPLAY_STATE_FIELDS = (
+    StructField("family", _S, True),
+    StructField("applied_seq", _L, True),
+    StructField("state_blob", BinaryType(), True),
+    StructField("agg_n", _L, True),
+    StructField("agg_x", _L, True),
+)
+
 REPLAY_OUTPUT_SCHEMA = StructType(
     [StructField("table", _S, False)]
     + [StructField(name, dtype, True) for name, dtype in _COLUMN_TYPES.items()]
     + list(STAT_FIELDS)
+    + list(REPLAY_STATE_FIELDS)
+    + [StructField("mark_n", _L, True), StructField("mark_x", _L, True)]
+)
+
+# The state table (``<out>/_state``): one ``family`` row per family replayed so far
+# (db, family, applied_seq, state_blob, agg_n, agg_x) and one ``run`` row describing
+# the input the state corresponds to (see pelengine.incremental).
+STATE_TABLE_SCHEMA = StructType(
+    [
+        StructField("kind", _S, False),
+        StructField("db", _I, True),
+        *REPLAY_STATE_FIELDS,
+        StructField("events_version", _L, True),
+        StructField("high_seq", _L, True),
+        StructField("as_of_ms", _L, True),
+        StructField("as_of_seq", _L, True),
+        StructField("rows_upto_high", _L, True),
+        StructField("digest_upto_high", _L, True),
+        StructField("rows_null_seq", _L, True),
+        StructField("options", _S, True),
+    ]
 )
 
 

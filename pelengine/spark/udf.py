@@ -6,6 +6,9 @@ what Spark pickles is small and does not depend on the driver's session.
 
 from __future__ import annotations
 
+import hashlib
+import pickle
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -107,11 +110,21 @@ def make_replay_function(
     as_of_seq: int,
     node_max_entries: int = 100,
     node_max_bytes: int = 4096,
+    *,
+    keep_state: bool = False,
+    mark_seq: int | None = None,
 ) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The grouped (iterator-form) Arrow UDF replaying one family of stream keys.
 
     ``node_max_entries``/``node_max_bytes`` are the server's ``stream-node-max-*``
     settings (they decide what ``MAXLEN ~``/``MINID ~`` can drop).
+
+    ``keep_state`` (incremental runs): a row whose ``state`` column is set carries the
+    family's saved model (it sorts first: its ``seq`` is the last one applied) and the
+    replay continues from it; at the end the model is emitted as a ``state`` row
+    (pickled, compressed), with the count and an order-free digest of every row the
+    family has received (``agg_n``/``agg_x``, so that changed history can be named);
+    ``mark_n``/``mark_x`` are the same over the rows with ``seq <= mark_seq`` only.
 
     Input batches hold the family's events in ``seq`` order; output rows are
     the ``ownership_changes`` and closed ``pel_history`` versions as they happen,
@@ -137,10 +150,13 @@ def make_replay_function(
         family = f"db={key[0].as_py()} family={key[1].as_py()!r}"
         last_seq: int | None = None
         fanout_outcomes: list[dict[str, Any]] = []
+        agg_n, agg_x, mark_n, mark_x = 0, 0, 0, 0
+        seeded = False
         for batch in batches:
             cols = batch.to_pydict()
             markers = cols.get("marker") or [False] * batch.num_rows
-            for seq, ts_ms, argv, db, client, fanout, marker in zip(
+            states = cols.get("state") or [None] * batch.num_rows
+            for seq, ts_ms, argv, db, client, fanout, marker, saved in zip(
                 cols["seq"],
                 cols["ts_ms"],
                 cols["argv"],
@@ -148,14 +164,34 @@ def make_replay_function(
                 cols["client"],
                 cols["fanout"],
                 markers,
+                states,
                 strict=True,
             ):
+                if saved is not None:
+                    # saved models sort first (at their last applied seq); several of
+                    # them: families that new commands tie together, merged here
+                    loaded, n, x = load_state(saved)
+                    if not seeded:
+                        replayer, agg_n, agg_x = loaded, n, x
+                    else:
+                        replayer.absorb(loaded)
+                        agg_n, agg_x = agg_n + n, agg_x ^ x
+                    seeded = True
+                    last_seq = seq if last_seq is None else max(seq, last_seq)
+                    continue
                 if last_seq is not None and seq <= last_seq:
                     raise SeqOrderError(
                         f"replay of {family} saw seq {seq} after {last_seq}: events did not "
                         "arrive in seq order, the tables would be wrong"
                     )
                 last_seq = seq
+                if keep_state:
+                    digest = row_digest(seq, ts_ms, argv, db, client, marker)
+                    agg_n += 1
+                    agg_x ^= digest
+                    if mark_seq is not None and seq <= mark_seq:
+                        mark_n += 1
+                        mark_x ^= digest
                 if marker:
                     replayer.client_activity(ts_ms, client)
                     continue
@@ -183,8 +219,49 @@ def make_replay_function(
             yield from emit(table, rows)
         yield from emit("outcome", fanout_outcomes)
         yield from emit("stats", _stat_rows(replayer, fanout_outcomes))
+        if keep_state:
+            yield from emit(
+                "state",
+                [
+                    {
+                        "db": key[0].as_py(),
+                        "family": key[1].as_py(),
+                        "applied_seq": last_seq,
+                        "state_blob": dump_state(replayer, agg_n, agg_x),
+                        "agg_n": agg_n,
+                        "agg_x": agg_x,
+                        "mark_n": mark_n,
+                        "mark_x": mark_x,
+                    }
+                ],
+            )
 
     return replay
+
+
+STATE_FORMAT = 1
+
+
+def dump_state(replayer: Replayer, agg_n: int, agg_x: int) -> bytes:
+    """A family's model between runs: the Replayer itself (pickled, zlib level 1)."""
+    return zlib.compress(pickle.dumps((STATE_FORMAT, replayer, agg_n, agg_x), protocol=5), 1)
+
+
+def load_state(blob: bytes) -> tuple[Replayer, int, int]:
+    """The Replayer saved by :func:`dump_state`, with this run's counters zeroed."""
+    fmt, replayer, agg_n, agg_x = pickle.loads(zlib.decompress(blob))
+    if fmt != STATE_FORMAT:
+        raise ValueError(f"saved state format {fmt}, this version reads {STATE_FORMAT}")
+    replayer.reset_counters()
+    return replayer, agg_n, agg_x
+
+
+def row_digest(
+    seq: int, ts_ms: int, argv: list[str] | None, db: int, client: str | None, marker: bool
+) -> int:
+    """A stable 63-bit digest of one replayed row (XOR-ed into a family's ``agg_x``)."""
+    text = repr((seq, ts_ms, argv, db, client, bool(marker))).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
 
 
 def _stat_rows(replayer: Replayer, fanout: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,0 +1,388 @@
+"""Nightly incremental runs: continue from saved state, equal to a full recomputation.
+
+The state table ``<out>/_state`` holds, after every incremental run:
+
+* one ``family`` row per family of stream keys replayed so far: the whole model
+  (the pure ``Replayer``, pickled and compressed: streams, groups, PELs, delivery
+  history, blocked clients, open MULTI units), the last ``seq`` it applied, and
+  the count and an order-free digest of every row it received;
+* one ``run`` row: the events table's Delta version the state corresponds to, the
+  largest ``seq`` read (``high_seq``), the snapshot time, the count and digest of
+  every input row with ``seq <= high_seq`` (and of rows with a null ``seq``), the
+  options that shape the tables, and what crosses families (which keys are tied
+  into families, which clients block where, the db of the last ``SELECT``, 7.2+
+  MULTI units left open).
+
+A run (``pelengine reconstruct --incremental``):
+
+1. reads the events table at its current version ``V``; if the state is already
+   at ``V`` the run is a no-op (nothing is written, no Delta version moves);
+2. checks that the rows up to ``high_seq`` are those the state saw (count and
+   digest). If not — late rows (``seq <= high_seq``), changed or removed rows —
+   every family is replayed from the full history, and the report names the
+   families whose rows changed (their digests differ);
+3. otherwise replays only the rows after ``high_seq``: the families they reach
+   start from their saved model (a ``state`` row that sorts before their new
+   events in the same grouped UDF), every other family's rows are carried over
+   from the current tables with this run's ``as_of`` and ``idle_ms``;
+4. writes every table (whole-table overwrite, one commit each, with
+   ``txnAppId=pelengine-incremental`` and ``txnVersion=V``) and then the state
+   (the commit point).
+
+Crash safety: a run killed anywhere leaves each table at its old or its new
+version (each write is one Delta commit). Re-running with the same input
+skips the tables already written for ``V`` (Delta's transaction rule) and
+writes the rest from the same saved state, so they agree; if the events table
+grew meanwhile, the re-run simply covers more: snapshot tables are recomputed
+per family, and history rows past ``high_seq`` (only an interrupted run can
+have written them) are replaced, never duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pelengine import storage
+from pelengine.model.replay import get_profile
+from pelengine.pipeline import (
+    Carry,
+    InputContractError,
+    Progress,
+    ReconstructOptions,
+    ReconstructResult,
+    _quiet,
+    conform_events,
+    reconstruct,
+)
+from pelengine.spark.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
+
+STATE_TABLE = "_state"
+TXN_APP_ID = "pelengine-incremental"
+GLOBALS_FORMAT = 1
+
+
+class StateMismatchError(InputContractError):
+    """The saved state was built with options that shape the tables differently."""
+
+
+@dataclass
+class SavedRun:
+    """The ``run`` row of the state table."""
+
+    events_version: int
+    high_seq: int | None
+    as_of_ms: int | None
+    as_of_seq: int | None
+    rows_upto_high: int
+    digest_upto_high: int
+    rows_null_seq: int
+    options: dict[str, Any]
+    globals: dict[str, Any] = field(default_factory=dict)
+
+
+def content_options(options: ReconstructOptions) -> dict[str, Any]:
+    """The options the tables depend on (a state built with others cannot continue)."""
+    return {
+        "profile": get_profile(options.profile).name,
+        "node_max_entries": options.node_max_entries,
+        "node_max_bytes": options.node_max_bytes,
+    }
+
+
+def read_state(spark: SparkSession, out_path: str) -> tuple[SavedRun | None, DataFrame | None]:
+    """The saved run and the family rows (None, None when there is no state)."""
+    path = os.path.join(out_path, STATE_TABLE)
+    version = storage.table_version(spark, path)
+    if version is None:
+        return None, None
+    table = storage.read_table(spark, path, version)
+    run = table.filter(F.col("kind") == "run").first()
+    if run is None:
+        return None, None
+    blob = run["state_blob"]
+    fmt, globals_ = pickle.loads(blob) if blob is not None else (GLOBALS_FORMAT, {})
+    if fmt != GLOBALS_FORMAT:
+        raise StateMismatchError(f"{path}: state format {fmt}, this version reads {GLOBALS_FORMAT}")
+    saved = SavedRun(
+        events_version=int(run["events_version"]),
+        high_seq=run["high_seq"],
+        as_of_ms=run["as_of_ms"],
+        as_of_seq=run["as_of_seq"],
+        rows_upto_high=int(run["rows_upto_high"]),
+        digest_upto_high=int(run["digest_upto_high"]),
+        rows_null_seq=int(run["rows_null_seq"]),
+        options=json.loads(run["options"]),
+        globals=globals_,
+    )
+    families = table.filter(F.col("kind") == "family").select(
+        "db", "family", "applied_seq", "state_blob", "agg_n", "agg_x"
+    )
+    return saved, families
+
+
+def _row_digest() -> Any:
+    return F.xxhash64("seq", "ts_ms", "argv", "db", "client", "source")
+
+
+def digest(events: DataFrame, upto_seq: int | None) -> tuple[int, int, int, int | None]:
+    """(rows with seq <= upto_seq, their XOR digest, rows with a null seq, largest seq);
+    ``upto_seq`` None: every row with a seq."""
+    upto = F.col("seq").isNotNull() if upto_seq is None else F.col("seq") <= upto_seq
+    row = events.agg(
+        F.count(F.when(upto, 1)).alias("n"),
+        F.bit_xor(F.when(upto, _row_digest())).alias("x"),
+        F.count(F.when(F.col("seq").isNull(), 1)).alias("null"),
+        F.max("seq").alias("top"),
+    ).first()
+    assert row is not None
+    return int(row["n"]), int(row["x"] or 0), int(row["null"]), row["top"]
+
+
+def run_incremental(
+    spark: SparkSession,
+    events_path: str,
+    out_path: str,
+    options: ReconstructOptions,
+    progress: Progress = _quiet,
+) -> dict[str, Any]:
+    """One nightly run (see the module docstring); returns the run report."""
+    started = time.time()
+    if options.as_of_ms is not None or options.as_of_seq is not None:
+        raise InputContractError("--incremental cannot be combined with --as-of-ms/--as-of-seq")
+    version = storage.table_version(spark, events_path)
+    if version is None:
+        raise InputContractError(f"--events {events_path}: no Delta table there")
+    saved, families = read_state(spark, out_path)
+    wanted = content_options(options)
+    if saved is not None and saved.options != wanted:
+        raise StateMismatchError(
+            f"{out_path}: its state was built with {saved.options}, this run asks {wanted}; "
+            "write to another --out, or remove its _state table to rebuild from the full history"
+        )
+    report: dict[str, Any] = {
+        "input": {"path": events_path, "delta_version": version},
+        "incremental": {
+            "state_events_version": saved.events_version if saved else None,
+            "state_high_seq": saved.high_seq if saved else None,
+        },
+    }
+    if saved is not None and saved.events_version == version:
+        progress(f"state is already at events version {version}: nothing to do")
+        report["incremental"]["mode"] = "up-to-date"
+        return _finish(report, out_path, options, spark, started, written=False)
+
+    events = conform_events(storage.read_table(spark, events_path, version))
+    carry: Carry | None = None
+    late_check: tuple[int, int, int, int | None] | None = None
+    mode = "full"
+    if saved is not None:
+        progress(f"checking the {saved.rows_upto_high:,} rows up to seq {saved.high_seq}")
+        late_check = digest(events, saved.high_seq)
+        unchanged = (
+            late_check[0] == saved.rows_upto_high
+            and late_check[1] == saved.digest_upto_high
+            and late_check[2] == saved.rows_null_seq
+        )
+        if unchanged:
+            mode = "incremental"
+        else:
+            mode = "full (history changed)"
+            progress(
+                f"rows up to seq {saved.high_seq} changed ({saved.rows_upto_high:,} -> "
+                f"{late_check[0]:,} rows, null seq {saved.rows_null_seq} -> {late_check[2]}): "
+                "replaying every family from the full history"
+            )
+    previous = {}
+    if mode == "incremental":
+        assert saved is not None and families is not None
+        for name in (*OUTPUT_TABLES, "rejected_events"):
+            path = os.path.join(out_path, name)
+            v = storage.table_version(spark, path)
+            if v is not None:
+                previous[name] = storage.read_table(spark, path, v)
+        g = saved.globals
+        carry = Carry(
+            high_seq=saved.high_seq if saved.high_seq is not None else -(2**63),
+            as_of_ms=saved.as_of_ms,
+            as_of_seq=saved.as_of_seq,
+            family_of=g.get("family_of", {}),
+            states=families,
+            previous=previous,
+            waits=g.get("waits", []),
+            select_db=g.get("select_db", 0),
+            open_units=g.get("open_units", {}),
+        )
+    run_options = ReconstructOptions(**{**asdict(options), "incremental": True})
+    result: ReconstructResult | None = None
+    if carry is not None:
+        new_rows = events.filter(F.col("seq") > carry.high_seq)
+        result = reconstruct(spark, new_rows, run_options, progress, carry)
+    if result is None:
+        # a full replay; after changed history it also digests, per family, the rows up
+        # to the old high_seq, so the report can name the families whose rows changed
+        mark = saved.high_seq if saved is not None and mode != "full" else None
+        result = reconstruct(spark, events, run_options, progress, None, mark_seq=mark)
+    report["incremental"]["mode"] = mode
+    progress(f"mode: {mode}")
+
+    # what the next run checks: count and digest of every row up to the new high_seq
+    if carry is not None and saved is not None:
+        n_new, x_new, _, top = digest(events.filter(F.col("seq") > carry.high_seq), None)
+        high_seq = _max(saved.high_seq, top)
+        n_upto, x_upto = saved.rows_upto_high + n_new, saved.digest_upto_high ^ x_new
+        null_rows = saved.rows_null_seq
+    else:
+        n_upto, x_upto, null_rows, high_seq = digest(events, None)
+
+    tables = dict(result.tables)
+    rejected = result.rejected
+    if carry is not None and "rejected_events" in carry.previous:
+        old = carry.previous["rejected_events"]
+        keep = F.col("seq").isNull() | (F.col("seq") <= carry.high_seq)
+        rejected = rejected.unionByName(old.filter(keep).select(*rejected.columns))
+    late_families: list[dict[str, Any]] = []
+    if saved is not None and families is not None and mode.startswith("full (history"):
+        late_families = _changed_families(result, families)
+        report["incremental"]["families_with_changed_history"] = late_families
+    states = result.states
+    assert states is not None
+    replayed = states.filter(F.col("mark_n").isNotNull() | F.lit(carry is None))
+    report["incremental"]["families_replayed"] = replayed.count()
+    report["incremental"]["families_total"] = states.count()
+
+    # materialize what is written: every table below reads the tables it replaces
+    output_rows: dict[str, int] = {}
+    write_started = time.monotonic()
+    for name, df in [*tables.items(), ("rejected_events", rejected)]:
+        progress(f"writing {name}")
+        storage.write_table(
+            df,
+            os.path.join(out_path, name),
+            "overwrite",
+            txn_app_id=TXN_APP_ID,
+            txn_version=version,
+        )
+        output_rows[name] = storage.read_table(spark, os.path.join(out_path, name)).count()
+    run_row = {
+        "kind": "run",
+        "events_version": version,
+        "high_seq": high_seq,
+        "as_of_ms": result.as_of_ms,
+        "as_of_seq": result.as_of_seq,
+        "rows_upto_high": n_upto,
+        "digest_upto_high": x_upto,
+        "rows_null_seq": null_rows,
+        "options": json.dumps(wanted, sort_keys=True),
+        "state_blob": pickle.dumps((GLOBALS_FORMAT, result.carried), protocol=5),
+    }
+    state_df = states.select(
+        F.lit("family").alias("kind"),
+        "db",
+        "family",
+        "applied_seq",
+        "state_blob",
+        "agg_n",
+        "agg_x",
+    ).unionByName(
+        spark.createDataFrame([run_row], STATE_TABLE_SCHEMA).select(
+            "kind", "db", "family", "applied_seq", "state_blob", "agg_n", "agg_x", *_RUN_COLUMNS
+        ),
+        allowMissingColumns=True,
+    )
+    progress("writing the state")
+    storage.write_table(
+        state_df.select(*(f.name for f in STATE_TABLE_SCHEMA.fields)),
+        os.path.join(out_path, STATE_TABLE),
+        "overwrite",
+        txn_app_id=TXN_APP_ID,
+        txn_version=version,
+    )
+    report["timings_s"] = dict(result.report.get("timings_s", {}))
+    report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
+    report.update({k: v for k, v in result.report.items() if k not in ("timings_s",)})
+    report["input"] = {"path": events_path, "delta_version": version}
+    report["output"] = {"path": out_path, "rows": output_rows}
+    report["keys"] = output_rows.get("streams", 0)
+    rejected_by_reason = {
+        r["reason"]: r["count"] for r in result.rejected.groupBy("reason").count().collect()
+    }
+    ev = report.setdefault("events", {})
+    ev["read"] = ev.get("valid", 0) + sum(rejected_by_reason.values())
+    ev["rejected"] = sum(rejected_by_reason.values())
+    ev["rejected_by_reason"] = rejected_by_reason
+    report["incremental"]["high_seq"] = high_seq
+    result.unpersist()
+    return _finish(report, out_path, options, spark, started, written=True)
+
+
+_RUN_COLUMNS = (
+    "events_version",
+    "high_seq",
+    "as_of_ms",
+    "as_of_seq",
+    "rows_upto_high",
+    "digest_upto_high",
+    "rows_null_seq",
+    "options",
+)
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+def _changed_families(result: ReconstructResult, saved: DataFrame) -> list[dict[str, Any]]:
+    """Families whose rows up to the old high_seq differ from what the state saw."""
+    assert result.states is not None
+    new = result.states.select("db", "family", "mark_n", "mark_x")
+    rows = (
+        new.join(saved.select("db", "family", "agg_n", "agg_x"), ["db", "family"], "full_outer")
+        .filter(
+            ~F.coalesce(F.col("mark_n"), F.lit(0)).eqNullSafe(F.coalesce(F.col("agg_n"), F.lit(0)))
+            | ~F.coalesce(F.col("mark_x"), F.lit(0)).eqNullSafe(
+                F.coalesce(F.col("agg_x"), F.lit(0))
+            )
+        )
+        .orderBy("db", "family")
+        .limit(1000)
+        .collect()
+    )
+    return [
+        {
+            "db": r["db"],
+            "family": r["family"],
+            "rows_before": r["agg_n"],
+            "rows_now": r["mark_n"],
+        }
+        for r in rows
+    ]
+
+
+def _finish(
+    report: dict[str, Any],
+    out_path: str,
+    options: ReconstructOptions,
+    spark: SparkSession,
+    started: float,
+    *,
+    written: bool,
+) -> dict[str, Any]:
+    report["options"] = asdict(options)
+    report["storage"] = storage.storage_mode(spark)
+    report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    report["duration_s"] = round(time.time() - started, 3)
+    report["written"] = written
+    os.makedirs(out_path, exist_ok=True)
+    with open(os.path.join(out_path, "_run_report.json"), "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=2, sort_keys=True, default=str)
+    return report

@@ -1,0 +1,173 @@
+"""Incremental nightly runs equal one full run; re-runs are no-ops; late rows are found.
+
+A random log (``pelengine.generate``: blocking reads, RENAMEs, SETIDs, faults) is
+split into 1-6 nightly batches at random points, always including a point right
+after a read that left its client blocked and one right after an
+``XGROUP SETID``. Each batch is appended to the events table and
+``reconstruct --incremental`` runs; at the end every table (the state's output
+and ``rejected_events``) must equal what one full run over the whole table gives.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from pelengine.generate import generate_events
+from pelengine.model import Replayer
+from pelengine.pipeline import ReconstructOptions, run_reconstruct
+from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+from pelengine.storage import read_table, table_version, write_table
+
+pytestmark = pytest.mark.spark
+
+TABLES = (*OUTPUT_TABLES, "rejected_events", "_state")
+SEEDS = [int(s) for s in os.environ.get("PELENGINE_INCREMENTAL_SEEDS", "21,22,23").split(",")]
+
+
+def _with_blocking(rows: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """``rows`` with readers that block (the generator's reads never wait): two clients
+    block on an empty group early on, and later writes serve them; seqs renumbered."""
+    rng = random.Random(seed)
+    first = rng.randint(len(rows) // 5, len(rows) // 3)
+    second = rng.randint(len(rows) // 2, len(rows) - 1)
+    waits = [
+        (["XADD", "bk", "*", "f", "v"], "w"),
+        (["XGROUP", "CREATE", "bk", "bg", "$"], "w"),
+        (
+            ["XREADGROUP", "GROUP", "bg", "c1", "COUNT", "10", "BLOCK", "0", "STREAMS", "bk", ">"],
+            "b1",
+        ),
+        (["XREADGROUP", "GROUP", "bg", "c2", "BLOCK", "900000000", "STREAMS", "bk", ">"], "b2"),
+    ]
+    serves = [(["XADD", "bk", "*", "f", "v"], "w"), (["XADD", "bk", "*", "f", "w"], "w")]
+    out: list[dict[str, Any]] = []
+    for i, row in enumerate(rows):
+        for argv, client in waits if i == first else serves if i == second else []:
+            out.append({**row, "argv": argv, "client": client, "db": 0, "source": "t"})
+        out.append(dict(row))
+    for n, row in enumerate(out, start=1):
+        if row["seq"] is not None:
+            row["seq"] = n
+    return out
+
+
+def _blocked_and_setid_points(rows: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Positions right after a read that left a client blocked / after an XGROUP SETID."""
+    replayer = Replayer("7.0")
+    blocked, setid = [], []
+    for i, r in enumerate(rows, start=1):
+        argv = r["argv"]
+        if r["seq"] is None or r["ts_ms"] is None or not argv or not argv[0]:
+            continue
+        if any(a is None for a in argv):
+            continue
+        replayer.apply(r["seq"], r["ts_ms"], argv, r["db"] or 0, r["client"])
+        name = argv[0].upper()
+        if name == "XREADGROUP" and replayer.blocked_clients():
+            blocked.append(i)
+        if name == "XGROUP" and len(argv) > 1 and argv[1].upper() == "SETID":
+            setid.append(i)
+    return blocked, setid
+
+
+def _split(rows: list[dict[str, Any]], seed: int) -> list[int]:
+    rng = random.Random(seed)
+    blocked, setid = _blocked_and_setid_points(rows)
+    assert blocked and setid, "the workload must block a reader and move a group"
+    nights = rng.randint(2, 6)
+    points = {rng.choice(blocked), rng.choice(setid)}
+    while len(points) < nights - 1:
+        points.add(rng.randint(1, len(rows) - 1))
+    return sorted(points)[: nights - 1] + [len(rows)]
+
+
+def _versions(spark: SparkSession, out: Path) -> dict[str, int | None]:
+    return {name: table_version(spark, str(out / name)) for name in TABLES}
+
+
+def assert_tables_equal(spark: SparkSession, a: Path, b: Path) -> None:
+    for name in (*OUTPUT_TABLES, "rejected_events"):
+        left = read_table(spark, str(a / name))
+        right = read_table(spark, str(b / name))
+        assert_df_equality(left, right, ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_nightly_batches_equal_one_full_run(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+    rows = _with_blocking(list(generate_events(1500, 6, seed=seed)), seed)
+    cuts = _split(rows, seed)
+    events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
+    options = ReconstructOptions(incremental=True)
+    modes, replayed = [], []
+    start = 0
+    for cut in cuts:
+        batch = spark.createDataFrame(rows[start:cut], EVENTS_SCHEMA)
+        write_table(batch, str(events), "append" if start else "overwrite")
+        start = cut
+        report = run_reconstruct(spark, str(events), str(inc), options)
+        modes.append(report["incremental"]["mode"])
+        replayed.append(
+            (report["incremental"]["families_replayed"], report["incremental"]["families_total"])
+        )
+    print(f"seed {seed}: nights at {cuts}, modes {modes}, families replayed/total {replayed}")
+    assert modes[0] == "full" and all(m == "incremental" for m in modes[1:]), modes
+
+    before = _versions(spark, inc)
+    again = run_reconstruct(spark, str(events), str(inc), options)
+    assert again["incremental"]["mode"] == "up-to-date"
+    assert _versions(spark, inc) == before, "re-running a night moved a Delta version"
+
+    run_reconstruct(spark, str(events), str(full), ReconstructOptions())
+    assert_tables_equal(spark, inc, full)
+
+
+def test_streams_without_new_events_are_not_replayed(spark: SparkSession, tmp_path: Path) -> None:
+    rows = list(generate_events(800, 6, seed=5))
+    events, inc = tmp_path / "events", tmp_path / "inc"
+    write_table(spark.createDataFrame(rows, EVENTS_SCHEMA), str(events), "overwrite")
+    run_reconstruct(spark, str(events), str(inc), ReconstructOptions(incremental=True))
+    top = max(r["seq"] for r in rows if r["seq"] is not None)
+    ts = max(r["ts_ms"] for r in rows if r["ts_ms"] is not None)
+    night = [
+        {"seq": top + 1, "ts_ms": ts + 5, "argv": ["XADD", "lonely", "*", "f", "v"], "db": 0},
+    ]
+    for r in night:
+        r.update(client=None, source="t")
+    write_table(spark.createDataFrame(night, EVENTS_SCHEMA), str(events), "append")
+    report = run_reconstruct(spark, str(events), str(inc), ReconstructOptions(incremental=True))
+    assert report["incremental"]["mode"] == "incremental"
+    assert report["incremental"]["families_replayed"] == 1
+    assert report["incremental"]["families_total"] > 1
+    streams = read_table(spark, str(inc / "streams"))
+    assert streams.filter("key = 'lonely'").count() == 1
+    assert {r["as_of_seq"] for r in streams.collect()} == {top + 1}
+
+
+def test_late_rows_recompute_their_family_and_are_reported(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    rows = list(generate_events(800, 6, seed=9))
+    adds = [r["seq"] for r in rows if r["seq"] is not None and r["argv"] and r["argv"][0] == "XADD"]
+    # keep one XADD out of the first night: arriving later, at its old seq, it is late
+    hole = adds[len(adds) // 2]
+    late = [r for r in rows if r["seq"] == hole]
+    first = [r for r in rows if r["seq"] != hole]
+    events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
+    write_table(spark.createDataFrame(first, EVENTS_SCHEMA), str(events), "overwrite")
+    run_reconstruct(spark, str(events), str(inc), ReconstructOptions(incremental=True))
+    write_table(spark.createDataFrame(late, EVENTS_SCHEMA), str(events), "append")
+    report = run_reconstruct(spark, str(events), str(inc), ReconstructOptions(incremental=True))
+    assert report["incremental"]["mode"] == "full (history changed)"
+    changed = report["incremental"]["families_with_changed_history"]
+    print(f"late row {late[0]['argv']} -> changed families {changed}")
+    assert changed, "the report must name the family the late row reached"
+    run_reconstruct(spark, str(events), str(full), ReconstructOptions())
+    assert_tables_equal(spark, inc, full)
+    assert table_version(spark, str(events)) == 1
