@@ -114,6 +114,23 @@ def build_parser() -> argparse.ArgumentParser:
     summ = sub.add_parser("summary", parents=[common], help="print a summary of an output root")
     summ.add_argument("--out", required=True, metavar="PATH", help="output root of reconstruct")
 
+    pas = sub.add_parser(
+        "pel-as-of",
+        parents=[common],
+        help="print the PEL at a past moment, from the output root's pel_history",
+    )
+    pas.add_argument("--out", required=True, metavar="PATH", help="output root of reconstruct")
+    when = pas.add_mutually_exclusive_group(required=True)
+    when.add_argument(
+        "--as-of-seq", type=_non_negative_int, metavar="N", help="after the command at seq N"
+    )
+    when.add_argument("--as-of-ms", type=_non_negative_int, metavar="N", help="at time N (ms)")
+    pas.add_argument("--key", metavar="K", help="only this stream key")
+    pas.add_argument("--group", metavar="G", help="only this consumer group")
+    pas.add_argument(
+        "--limit", type=_positive_int, default=20, metavar="N", help="rows to print (default 20)"
+    )
+
     ing = sub.add_parser(
         "ingest-monitor",
         parents=[common],
@@ -206,6 +223,14 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"{args.source}: no such AOF file or directory")
     if args.command == "summary" and _is_local(args.out) and not _local_path(args.out).exists():
         raise UsageError(f"--out {args.out}: no such path")
+    if args.command == "pel-as-of" and _is_local(args.out):
+        if not _local_path(args.out).exists():
+            raise UsageError(f"--out {args.out}: no such path")
+        if not (_local_path(args.out) / "pel_history").exists():
+            raise UsageError(
+                f"--out {args.out}: no pel_history table there (reconstruct writes it from "
+                "this version on: run reconstruct again)"
+            )
 
 
 # ---- commands --------------------------------------------------------------------
@@ -264,6 +289,26 @@ def cmd_summary(
     from pelengine.pipeline import summarize
 
     print(summarize(spark, args.out))
+    return EXIT_OK
+
+
+def cmd_pel_as_of(
+    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+) -> int:
+    """Print the PEL at a past moment, read from ``pel_history`` (no replay)."""
+    from pelengine.history import describe_pel_as_of
+
+    print(
+        describe_pel_as_of(
+            spark,
+            args.out,
+            as_of_seq=args.as_of_seq,
+            as_of_ms=args.as_of_ms,
+            key=args.key,
+            group=args.group,
+            limit=args.limit,
+        )
+    )
     return EXIT_OK
 
 
@@ -353,6 +398,7 @@ COMMANDS: dict[str, Callable[[SparkSession, argparse.Namespace, Config, Progress
     "reconstruct": cmd_reconstruct,
     "generate": cmd_generate,
     "summary": cmd_summary,
+    "pel-as-of": cmd_pel_as_of,
     "demo": cmd_demo,
     "ingest-aof": cmd_ingest_aof,
     "ingest-monitor": cmd_ingest_monitor,
