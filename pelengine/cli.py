@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--txn-version", type=_non_negative_int, metavar="N", help="idempotent write: version"
     )
     rec.add_argument(
+        "--incremental",
+        action="store_true",
+        help="continue from the state of the previous run under --out (replay only new "
+        "events; the first run replays everything and saves the state)",
+    )
+    rec.add_argument(
         "--stream-node-max-entries",
         type=_non_negative_int,
         metavar="N",
@@ -207,6 +213,12 @@ def validate(args: argparse.Namespace) -> None:
     if args.command == "reconstruct":
         if (args.txn_app_id is None) != (args.txn_version is None):
             raise UsageError("--txn-app-id and --txn-version must be given together")
+        if args.incremental and (args.as_of_ms is not None or args.as_of_seq is not None):
+            raise UsageError("--incremental cannot be combined with --as-of-ms/--as-of-seq")
+        if args.incremental and args.txn_app_id is not None:
+            raise UsageError(
+                "--incremental derives its own txnAppId/txnVersion (the events table's version)"
+            )
         if args.txn_app_id is not None and not args.txn_app_id.strip():
             raise UsageError("--txn-app-id must not be empty")
         if _is_local(args.events) and not _local_path(args.events).exists():
@@ -250,6 +262,7 @@ def cmd_reconstruct(
         as_of_seq=args.as_of_seq,
         txn_app_id=args.txn_app_id,
         txn_version=args.txn_version,
+        incremental=args.incremental,
     )
     report = run_reconstruct(spark, args.events, args.out, options, progress)
     if args.json:

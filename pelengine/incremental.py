@@ -61,6 +61,7 @@ from pelengine.pipeline import (
     _quiet,
     conform_events,
     reconstruct,
+    write_outputs,
 )
 from pelengine.spark.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
 
@@ -254,23 +255,25 @@ def run_incremental(
         report["incremental"]["families_with_changed_history"] = late_families
     states = result.states
     assert states is not None
-    replayed = states.filter(F.col("mark_n").isNotNull() | F.lit(carry is None))
-    report["incremental"]["families_replayed"] = replayed.count()
-    report["incremental"]["families_total"] = states.count()
+    counts = states.agg(
+        F.count(F.lit(1)).alias("total"),
+        F.count(F.when(F.col("mark_n").isNotNull() | F.lit(carry is None), 1)).alias("replayed"),
+    ).first()
+    assert counts is not None
+    report["incremental"]["families_replayed"] = int(counts["replayed"])
+    report["incremental"]["families_total"] = int(counts["total"])
 
-    # materialize what is written: every table below reads the tables it replaces
-    output_rows: dict[str, int] = {}
+    # the tables read the versions they replace pinned (versionAsOf), so writing them in
+    # any order, or again after a crash, reads the same input
     write_started = time.monotonic()
-    for name, df in [*tables.items(), ("rejected_events", rejected)]:
-        progress(f"writing {name}")
-        storage.write_table(
-            df,
-            os.path.join(out_path, name),
-            "overwrite",
-            txn_app_id=TXN_APP_ID,
-            txn_version=version,
-        )
-        output_rows[name] = storage.read_table(spark, os.path.join(out_path, name)).count()
+    output_rows = write_outputs(
+        spark,
+        [*tables.items(), ("rejected_events", rejected)],
+        out_path,
+        txn_app_id=TXN_APP_ID,
+        txn_version=version,
+        progress=progress,
+    )
     run_row = {
         "kind": "run",
         "events_version": version,

@@ -858,18 +858,15 @@ def run_reconstruct(
     events = storage.read_table(spark, events_path)
     result = reconstruct(spark, events, options, progress)
     report = result.report
-    output_rows: dict[str, int] = {}
     write_started = time.monotonic()
-    for name, df in [*result.tables.items(), ("rejected_events", result.rejected)]:
-        progress(f"writing {name}")
-        storage.write_table(
-            df,
-            os.path.join(out_path, name),
-            "overwrite",
-            txn_app_id=options.txn_app_id,
-            txn_version=options.txn_version,
-        )
-        output_rows[name] = df.count()
+    output_rows = write_outputs(
+        spark,
+        [*result.tables.items(), ("rejected_events", result.rejected)],
+        out_path,
+        txn_app_id=options.txn_app_id,
+        txn_version=options.txn_version,
+        progress=progress,
+    )
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
     rejected_by_reason = {
         r["reason"]: r["count"] for r in result.rejected.groupBy("reason").count().collect()
@@ -893,6 +890,29 @@ def run_reconstruct(
     with open(os.path.join(out_path, "_run_report.json"), "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=2, sort_keys=True)
     return report
+
+
+def write_outputs(
+    spark: SparkSession,
+    tables: list[tuple[str, DataFrame]],
+    out_path: str,
+    *,
+    txn_app_id: str | None,
+    txn_version: int | None,
+    progress: Progress = _quiet,
+) -> dict[str, int]:
+    """Write each (name, DataFrame) as ``out_path/name`` (overwrite, one commit each, with
+    the txn options); returns each table's rows as written.
+
+    One after the other: the embedded ``delta`` source is registered with the session,
+    and a write from another Python thread does not find it."""
+    rows: dict[str, int] = {}
+    for name, df in tables:
+        path = os.path.join(out_path, name)
+        progress(f"writing {name}")
+        storage.write_table(df, path, "overwrite", txn_app_id=txn_app_id, txn_version=txn_version)
+        rows[name] = storage.table_row_count(spark, path)
+    return rows
 
 
 def format_report(report: dict[str, Any]) -> str:

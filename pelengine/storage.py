@@ -207,6 +207,22 @@ def table_version(spark: SparkSession, path: str) -> int | None:
     return int(rows[0]["version"]) if rows else None
 
 
+def table_row_count(spark: SparkSession, path: str) -> int:
+    """Rows of the current version of the table at ``path`` (from the Delta log's file
+    statistics where they are all there; otherwise by reading the table)."""
+    if storage_mode(spark) == EMBEDDED:
+        import pyarrow as pa
+
+        from pelengine.spark.delta_source import normalize_table_uri, open_table
+
+        table = open_table(normalize_table_uri(path))
+        if table is not None:
+            counts = pa.table(table.get_add_actions(flatten=True)).column("num_records")
+            if counts.null_count == 0:
+                return int(sum(counts.to_pylist()))
+    return read_table(spark, path).count()
+
+
 def table_exists(spark: SparkSession, path: str) -> bool:
     """Whether a Delta table exists at ``path``."""
     return table_version(spark, path) is not None
