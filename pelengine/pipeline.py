@@ -345,7 +345,7 @@ def family_map(
     if prior or saved:
         # a component keeps the name of the one saved family it contains
         holders: dict[tuple[int, str], set[str]] = {}
-        for node in list(parent):
+        for node in set(parent) | {find(n) for n in list(parent)}:  # roots are not in parent
             holder: str | None = (prior or {}).get(node)
             if holder is None and node in (saved or set()):
                 holder = node[1]

@@ -129,16 +129,24 @@ class _BlockedCall:
 
 
 def _wait_blocked(
-    main: redis.Redis, blocked: _BlockedCall, expected: int = 1, timeout_s: float = 2.0
+    main: redis.Redis, blocked: _BlockedCall, expected: int = 1, timeout_s: float = 10.0
 ) -> None:
-    """Return once the server holds the call blocked (or has already answered it)."""
+    """Return once the server holds the call blocked (or has already answered it).
+
+    The call's own connection is looked up (``CLIENT LIST``, flag ``b``): counting
+    blocked clients is not enough when a reader blocked earlier with a short timeout
+    may time out meanwhile (``expected`` is kept for callers, unused).
+    """
+    addr = blocked.recorder.client_name
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if blocked.conn.can_read(timeout=0):
             return  # served at once (or failed)
-        info = main.execute_command("INFO", "clients")
-        for line in str(info).splitlines():
-            if line.startswith("blocked_clients:") and int(line.split(":")[1]) >= expected:
+        listing = main.execute_command("CLIENT", "LIST")
+        text = listing.decode() if isinstance(listing, bytes) else str(listing)
+        for line in text.splitlines():
+            fields = dict(f.split("=", 1) for f in line.split(" ") if "=" in f)
+            if fields.get("addr") == addr and "b" in fields.get("flags", ""):
                 return
         time.sleep(0.001)
     raise TimeoutError(f"{blocked.argv} neither blocked nor answered")
