@@ -8,12 +8,12 @@ CONF   ?= conf/local.yaml
 DEMO   ?= demo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint typecheck clean
+.PHONY: help install run test lint typecheck bench-incremental clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "variables: PYTHON=$(PYTHON) CONF=$(CONF) DEMO=$(DEMO) PYTEST_ARGS=..."
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "variables: PYTHON=$(PYTHON) CONF=$(CONF) DEMO=$(DEMO) PYTEST_ARGS=... BENCH_ARGS=..."
 
 install: $(STAMP) ## create .venv (python3.11) and install the package with dev extras (once per pyproject change)
 
@@ -34,6 +34,9 @@ lint: install ## ruff check and ruff format --check
 
 typecheck: install ## mypy on the package
 	$(BIN)/mypy -p pelengine
+
+bench-incremental: install ## time an incremental night (1% new) against a full recomputation (5M events; BENCH_ARGS="--events N")
+	$(BIN)/python benchmarks/incremental_night.py $(BENCH_ARGS)
 
 clean: ## remove build, demo and cache outputs (keeps .venv)
 	rm -rf $(DEMO) out build dist *.egg-info spark-warehouse metastore_db derby.log
