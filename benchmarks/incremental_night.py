@@ -29,6 +29,7 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--json", default="benchmarks/results/incremental_night.json")
     parser.add_argument("--skip-compare", action="store_true")
+    parser.add_argument("--conf", default="conf/bench.yaml", help="conf overlay (driver memory)")
     args = parser.parse_args()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -47,7 +48,7 @@ def main() -> int:
     os.makedirs(work)
     events, inc, full = (os.path.join(work, d) for d in ("events", "inc", "full"))
     t = time.monotonic()
-    spark = build_session(load_config(), say)
+    spark = build_session(load_config([args.conf] if args.conf else []), say)
     figures: dict[str, object] = {"session_start_s": round(time.monotonic() - t, 1)}
 
     say(f"generating {args.events:,} events over {args.keys} keys")
