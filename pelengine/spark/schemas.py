@@ -88,18 +88,23 @@ _COLUMN_TYPES: dict[str, DataType] = {
     "as_of_seq": _L,
 }
 
+# What one pending entry is, in `pel` and in each version of it in `pel_history`.
+PEL_ENTRY_COLUMNS = (
+    "db",
+    "key",
+    "group",
+    "id",
+    "id_ms",
+    "id_seq",
+    "consumer",
+    "delivery_time_ms",
+    "delivery_count",
+    "entry_exists",
+)
+
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "pel": (
-        "db",
-        "key",
-        "group",
-        "id",
-        "id_ms",
-        "id_seq",
-        "consumer",
-        "delivery_time_ms",
-        "delivery_count",
-        "entry_exists",
+        *PEL_ENTRY_COLUMNS,
         "idle_ms",
         "as_of_ms",
         "as_of_seq",
@@ -181,16 +186,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "as_of_seq",
     ),
     "pel_history": (
-        "db",
-        "key",
-        "group",
-        "id",
-        "id_ms",
-        "id_seq",
-        "consumer",
-        "delivery_time_ms",
-        "delivery_count",
-        "entry_exists",
+        *PEL_ENTRY_COLUMNS,
         "valid_from_seq",
         "valid_from_ms",
         "valid_to_seq",

@@ -331,3 +331,18 @@ def xadd_id_mismatches(records: list[Record], profile: str = "7.0") -> list[str]
             if got != rec.reply:
                 out.append(f"{rec.describe()} || model ID {got}")
     return out
+
+
+def remap_checkpoints(
+    checkpoints: list[tuple[int, Any]], seq_of: dict[int, int]
+) -> list[tuple[int, Any]]:
+    """A checkpoint read after the test's record ``s`` sits after the capture row of the
+    last record up to ``s`` that the capture shows (the rows between are the probes and
+    truth reads of the test, none of which writes)."""
+    shown = sorted(seq_of)
+    out = []
+    for s, tables in checkpoints:
+        before = [t for t in shown if t <= s]
+        if before:
+            out.append((seq_of[before[-1]], tables))
+    return out

@@ -32,6 +32,7 @@ from tests.redis_diff.harness import STREAM_WRITES, UNJUDGED, check_model, save_
 from tests.redis_diff.monitor_capture import (
     MonitorCapture,
     align,
+    remap_checkpoints,
     run_blocking_phase,
     xadd_id_mismatches,
 )
@@ -49,20 +50,6 @@ SEEDS = (
 )
 COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_MONITOR_COMMANDS", "600"))
 CHECKPOINT_EVERY = 200
-
-
-def _remap_checkpoints(
-    checkpoints: list[tuple[int, Any]], seq_of: dict[int, int]
-) -> list[tuple[int, Any]]:
-    """A checkpoint taken after the test's record ``s`` sits after the capture row of the
-    last record up to ``s`` that the capture shows."""
-    shown = sorted(seq_of)
-    out = []
-    for s, tables in checkpoints:
-        before = [t for t in shown if t <= s]
-        if before:
-            out.append((seq_of[before[-1]], tables))
-    return out
 
 
 @pytest.fixture
@@ -125,7 +112,7 @@ def test_monitor_capture_replays_to_the_server_state(
         f"monitor seed {seed} (db {db})",
         aligned.records,
         truth,
-        _remap_checkpoints(result.checkpoints, aligned.seq_of),
+        remap_checkpoints(result.checkpoints, aligned.seq_of),
     )
     id_mismatches = xadd_id_mismatches(aligned.records)
     unjudged = sum(

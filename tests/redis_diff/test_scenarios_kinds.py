@@ -42,7 +42,13 @@ from tests.redis_diff.aof_support import aof_dir, aof_server, loaded_truth
 from tests.redis_diff.capture import Record
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.harness import check_model, pending_delivery_counts, save_failure
-from tests.redis_diff.monitor_capture import Aligned, MonitorCapture, align, xadd_id_mismatches
+from tests.redis_diff.monitor_capture import (
+    Aligned,
+    MonitorCapture,
+    align,
+    remap_checkpoints,
+    xadd_id_mismatches,
+)
 from tests.redis_diff.scenario import Scenario, ScenarioRun, run_scenario
 from tests.redis_diff.server import stop_server
 from tests.redis_diff.test_scenarios import SCENARIOS
@@ -134,21 +140,6 @@ def _names(kind: str) -> list[str]:
 
 
 # ------------------------------------------------------------------------ commands kind
-
-
-def remap_checkpoints(
-    checkpoints: list[tuple[int, Any]], seq_of: dict[int, int]
-) -> list[tuple[int, Any]]:
-    """A checkpoint read after the test's record ``s`` sits after the capture row of the
-    last record up to ``s`` that the capture shows (the rows between are the probes and
-    truth reads of the test, none of which writes)."""
-    shown = sorted(seq_of)
-    out = []
-    for s, tables in checkpoints:
-        before = [t for t in shown if t <= s]
-        if before:
-            out.append((seq_of[before[-1]], tables))
-    return out
 
 
 @pytest.mark.parametrize("kinds_run", _names("commands"), indirect=True)
