@@ -8,7 +8,7 @@ CONF   ?= conf/local.yaml
 DEMO   ?= demo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint typecheck bench-incremental clean
+.PHONY: help install run test lint typecheck bench bench-incremental clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
@@ -34,6 +34,9 @@ lint: install ## ruff check and ruff format --check
 
 typecheck: install ## mypy on the package
 	$(BIN)/mypy -p pelengine
+
+bench: install ## job vs floor vs engine vs Redis, one run (10M events; BENCH_ARGS="--events 1M" or "--series 1M,3M,10M")
+	$(BIN)/python benchmarks/bench.py --conf conf/bench.yaml $(BENCH_ARGS)
 
 bench-incremental: install ## time an incremental night (1% new) against a full recomputation (5M events; BENCH_ARGS="--events N")
 	$(BIN)/python benchmarks/incremental_night.py $(BENCH_ARGS)
