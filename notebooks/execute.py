@@ -13,7 +13,9 @@ The kernel is the ``python3`` kernelspec, which jupyter_client starts with this
 interpreter (``sys.executable``): run the script with the project's venv python
 so that pelengine and pyspark import. The kernel runs in the notebook's folder,
 as under Jupyter, with ``PYSPARK_PYTHON`` set to the same interpreter, and is
-shut down at the end. The executed copy is written even when a cell fails.
+shut down at the end. Output written straight to the process's file descriptors
+(the Spark JVM's log) goes to this script's stderr instead of the notebook.
+The executed copy is written even when a cell fails.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def execute_notebook(
         timeout=timeout,
         resources={"metadata": {"path": str(cwd)}},
         shutdown_kernel="graceful",
+        # the Spark JVM's own log lines go to our stderr, not into the cells' outputs
+        extra_arguments=["--IPKernelApp.capture_fd_output=False"],
     )
     client.execute(env=kernel_env())
     return nb
