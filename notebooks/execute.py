@@ -9,9 +9,10 @@ tagged ``parameters``, so the defaults stay visible and the overrides are explic
 A VALUE is a Python literal (``20``, ``None``, ``['conf/local.yaml']``); anything
 that is not one is taken as a string (``demo/out``).
 
-The kernel is the ``python3`` kernelspec, which jupyter_client starts with this
-interpreter (``sys.executable``): run the script with the project's venv python
-so that pelengine and pyspark import. The kernel runs in the notebook's folder,
+The kernel is ipykernel on this interpreter (``sys.executable``), whatever
+kernelspecs are installed (jupyter_client would take a user's own ``python3``
+kernelspec first): run the script with the project's venv python so that
+pelengine and pyspark import. The kernel runs in the notebook's folder,
 as under Jupyter, with ``PYSPARK_PYTHON`` set to the same interpreter, and is
 shut down at the end. Output written straight to the process's file descriptors
 (the Spark JVM's log) goes to this script's stderr instead of the notebook.
@@ -30,12 +31,32 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from traitlets import default
 
 KERNEL_NAME = "python3"
 PARAMETERS_TAG = "parameters"
 INJECTED_TAG = "injected-parameters"
+
+
+class ThisInterpreterSpecs(KernelSpecManager):
+    """Every kernel name resolves to ipykernel on this interpreter."""
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        from ipykernel.kernelspec import RESOURCES, get_kernel_dict
+
+        return KernelSpec(resource_dir=RESOURCES, **get_kernel_dict())
+
+
+class ThisInterpreterKernelManager(AsyncKernelManager):
+    """nbclient's kernel manager, with kernels started on this interpreter."""
+
+    @default("kernel_spec_manager")
+    def _kernel_spec_manager_default(self) -> KernelSpecManager:
+        return ThisInterpreterSpecs(data_dir=self.data_dir)
 
 
 def parse_value(text: str) -> Any:
@@ -76,12 +97,13 @@ def kernel_env() -> dict[str, str]:
 def execute_notebook(
     nb: nbformat.NotebookNode, cwd: str | Path, timeout: int = 600
 ) -> nbformat.NotebookNode:
-    """Run every cell of `nb` in a fresh `python3` kernel started in `cwd` (outputs land
-    in `nb`); raises CellExecutionError at the first failing cell. The kernel is shut
-    down either way."""
+    """Run every cell of `nb` in a fresh kernel on this interpreter, started in `cwd`
+    (outputs land in `nb`); raises CellExecutionError at the first failing cell. The
+    kernel is shut down either way."""
     client = NotebookClient(
         nb,
         kernel_name=KERNEL_NAME,
+        kernel_manager_class=ThisInterpreterKernelManager,
         timeout=timeout,
         resources={"metadata": {"path": str(cwd)}},
         shutdown_kernel="graceful",
