@@ -8,7 +8,7 @@ CONF   ?= conf/local.yaml
 DEMO   ?= demo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint typecheck bench bench-incremental clean
+.PHONY: help install run notebook test lint typecheck bench bench-incremental clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
@@ -24,6 +24,11 @@ $(STAMP): pyproject.toml
 
 run: install ## generate a demo events table, reconstruct it, print the summary (one Spark session)
 	$(BIN)/pelengine demo --dir $(DEMO) --conf $(CONF)
+
+notebook: install ## run notebooks/explore_run.ipynb on the demo output (after `make run`); executed copy in build/notebooks/
+	@test -d $(DEMO)/out || { echo "no $(DEMO)/out: run 'make run' first"; exit 1; }
+	$(BIN)/python notebooks/execute.py notebooks/explore_run.ipynb build/notebooks/explore_run.ipynb \
+	    -p OUT_ROOT=$(DEMO)/out -p EVENTS_PATH=$(DEMO)/events -p "CONF_FILES=['$(CONF)']"
 
 test: install ## run the test suite (PYTEST_ARGS="-k ..." to narrow)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
