@@ -104,6 +104,16 @@ class SeqOrderError(RuntimeError):
     """The replay saw ``seq`` go backwards: the physical plan lost the per-stream order."""
 
 
+class ReplayRowError(RuntimeError):
+    """The model failed on one event (a bug, not a Redis error): names the row."""
+
+
+def _describe_row(seq: int, ts_ms: int, argv: list[str] | None, db: int) -> str:
+    shown = [a if len(a) <= 40 else a[:37] + "..." for a in (argv or [])[:8]]
+    more = f" ... ({len(argv or [])} args)" if argv and len(argv) > 8 else ""
+    return f"seq {seq} (ts_ms {ts_ms}, db {db}, argv {shown}{more})"
+
+
 def make_replay_function(
     profile: str,
     as_of_ms: int,
@@ -195,7 +205,13 @@ def make_replay_function(
                 if marker:
                     replayer.client_activity(ts_ms, client)
                     continue
-                outcome = replayer.apply(seq, ts_ms, argv, db, client)
+                try:
+                    outcome = replayer.apply(seq, ts_ms, argv, db, client)
+                except Exception as exc:
+                    raise ReplayRowError(
+                        f"replay of {family} failed at the event "
+                        f"{_describe_row(seq, ts_ms, argv, db)}: {type(exc).__name__}: {exc}"
+                    ) from exc
                 if fanout:
                     replayer.counters.commands[command_name(argv)] -= 1
                     fanout_outcomes.append(
