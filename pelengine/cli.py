@@ -29,6 +29,8 @@ from pelengine.progress import ProgressReporter, spark_status
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from pelengine.report import Thresholds
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -487,19 +489,26 @@ def cmd_pending(
     return EXIT_FAILED if answer.is_error else EXIT_OK
 
 
-def cmd_report(
-    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
-) -> int:
-    """Build, write and print the operational report of an output root."""
-    from pelengine.report import Thresholds, build_report, describe, write_report
+def report_thresholds(args: argparse.Namespace, conf: Config) -> Thresholds:
+    """The report's thresholds: each CLI flag given, else conf ``report:``."""
+    from pelengine.report import Thresholds
 
     c = conf.report
-    thresholds = Thresholds(
+    return Thresholds(
         poison_count=_first(args.poison_count, c.poison_count),
         stuck_idle_ms=_first(args.stuck_idle_ms, c.stuck_idle_ms),
         dead_inactive_ms=_first(args.dead_inactive_ms, c.dead_inactive_ms),
         lag_runs=_first(args.lag_runs, c.lag_runs),
     )
+
+
+def cmd_report(
+    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+) -> int:
+    """Build, write and print the operational report of an output root."""
+    from pelengine.report import build_report, describe, write_report
+
+    thresholds = report_thresholds(args, conf)
     progress(f"building the report of {args.out} ({thresholds})")
     report = build_report(spark, args.out, thresholds, now_ms=args.now_ms)
     progress("writing " + ", ".join(report.tables))

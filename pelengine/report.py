@@ -344,21 +344,22 @@ def write_report(spark: SparkSession, out_path: str, report: OperationalReport) 
 
 # ---- printing -----------------------------------------------------------------------------
 
-_SECTIONS: dict[str, tuple[str, tuple[str, ...], tuple[Column | str, ...]]] = {
+# name: (title, columns printed, order: "-col" descending, nulls last)
+_SECTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "report_poison": (
         "Poison candidates (delivered >= {poison_count} times)",
         ("db", "key", "group", "id", "consumer", "delivery_count", "idle_ms", "entry_exists"),
-        (F.desc("delivery_count"), F.desc("idle_ms"), "db", "key", "group", "id_ms", "id_seq"),
+        ("-delivery_count", "-idle_ms", "db", "key", "group", "id_ms", "id_seq"),
     ),
     "report_stuck": (
         "Stuck entries (idle > {stuck_idle_ms} ms)",
         ("db", "key", "group", "id", "consumer", "idle_ms", "delivery_count", "entry_exists"),
-        (F.desc("idle_ms"), "db", "key", "group", "id_ms", "id_seq"),
+        ("-idle_ms", "db", "key", "group", "id_ms", "id_seq"),
     ),
     "report_dead_consumers": (
         "Dead consumers (pending > 0, inactive > {dead_inactive_ms} ms)",
         ("db", "key", "group", "consumer", "pending", "inactive_ms", "inactive_basis"),
-        (F.desc("inactive_ms"), "db", "key", "group", "consumer"),
+        ("-inactive_ms", "db", "key", "group", "consumer"),
     ),
     "report_dangling": (
         "Dangling entries (pending, but deleted from the stream)",
@@ -368,7 +369,7 @@ _SECTIONS: dict[str, tuple[str, tuple[str, ...], tuple[Column | str, ...]]] = {
     "report_lag": (
         "Groups with growing lag (rose in each of the last {lag_runs} run(s); nil lag: unknown)",
         ("db", "key", "group", "trend", "lag", "previous_lag", "lag_growth", "lags"),
-        (F.desc_nulls_last("lag_growth"), "db", "key", "group"),
+        ("-lag_growth", "db", "key", "group"),
     ),
 }
 
@@ -398,7 +399,8 @@ def describe(
         if not n:
             continue
         df = storage.read_table(spark, storage.table_path(out_path, name))
-        rows = df.orderBy(*order).select(*columns).limit(limit).collect()
+        by = [F.desc_nulls_last(c[1:]) if c.startswith("-") else F.col(c) for c in order]
+        rows = df.orderBy(*by).select(*columns).limit(limit).collect()
         table = format_table(list(columns), [tuple(r) for r in rows])
         lines += ["  " + line for line in table.splitlines()]
         if n > len(rows):

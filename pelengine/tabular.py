@@ -44,11 +44,15 @@ def cell(value: Any) -> str:
     return str(plain)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | decimal.Decimal) and not isinstance(value, bool)
+
+
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """An aligned text table (numbers right-aligned), a header and a rule."""
     texts = [[cell(v) for v in row] for row in rows]
     numeric = [
-        all(isinstance(row[i], int | float) or row[i] is None for row in rows) and bool(rows)
+        all(_is_number(row[i]) or row[i] is None for row in rows) and bool(rows)
         for i in range(len(columns))
     ]
     widths = [max([len(c), *(len(t[i]) for t in texts)]) for i, c in enumerate(columns)]

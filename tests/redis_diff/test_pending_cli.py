@@ -56,20 +56,20 @@ def _redis_cli(server: RedisServer, db: int, *argv: str) -> str:
 
 
 def _directed(server: RedisServer, counter: SeqCounter) -> list[Any]:
-    """db 1: every shape of PEL the printing must get right."""
+    """db 1: every shape of PEL the printing must get right (11 pending entries in ``g``)."""
     client = server.client(1)
     rec = Recorder(client=client, db=1, counter=counter)
     odd = 'c"\u00e9 x'  # a quote, a non-ASCII letter and a space
-    for i in range(1, 9):
+    for i in range(1, 12):
         rec.run(["XADD", "s", f"{i}-0", "f", str(i)])
-    rec.run(["XADD", "s", "9-1", "f", "9"])
+    rec.run(["XADD", "s", "12-1", "f", "12"])  # 11 stay pending: two-digit indexes
     rec.run(["XGROUP", "CREATE", "s", "g", "0"])
     rec.run(["XGROUP", "CREATE", "s", "empty", "$"])
     rec.run(["XREADGROUP", "GROUP", "g", "alice", "COUNT", "3", "STREAMS", "s", ">"])
     rec.run(["XREADGROUP", "GROUP", "g", "alice", "STREAMS", "s", "0"])  # history: count 2
     time.sleep(0.25)  # a gap in delivery times: IDLE can split them unambiguously
     rec.run(["XREADGROUP", "GROUP", "g", "bob", "COUNT", "3", "STREAMS", "s", ">"])
-    rec.run(["XREADGROUP", "GROUP", "g", odd, "COUNT", "3", "STREAMS", "s", ">"])
+    rec.run(["XREADGROUP", "GROUP", "g", odd, "STREAMS", "s", ">"])
     rec.run(["XCLAIM", "s", "g", "bob", "0", "2-0"])
     rec.run(["XDEL", "s", "3-0"])  # dangling: still pending
     rec.run(["XACK", "s", "g", "5-0"])
@@ -213,7 +213,7 @@ def test_pending_matches_redis_xpending(
     # bounds: exclusive, seq-less, count; an unknown consumer; count 0
     for start, end, count, consumer in [
         ("(2-0", "+", 10, None),
-        ("2", "(9-1", 10, None),
+        ("2", "(12-1", 10, None),
         ("-", "8", 2, None),
         ("(1-0", "9", 10, "bob"),
         ("-", "+", 10, "nobody"),
@@ -248,3 +248,17 @@ def test_pending_matches_redis_xpending(
         f"CLI {t_end - t_compared:.1f}s"
     )
     assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [("(-", "+"), ("-", "(+"), ("abc", "+"), ("1-x", "+"), ("-", "18446744073709551616")]
+    + [("(18446744073709551615-18446744073709551615", "+"), ("-", "(0-0")],
+)
+def test_bad_bounds_answer_as_redis(redis_server: RedisServer, start: str, end: str) -> None:
+    from pelengine.pending import PendingArgumentError, ReplyError, format_reply, range_bounds
+
+    theirs = _redis_cli(redis_server, 0, "XPENDING", "nokey", "g", start, end, "10")
+    with pytest.raises(PendingArgumentError) as err:
+        range_bounds(start, end)
+    assert format_reply(ReplyError(str(err.value))) == theirs
