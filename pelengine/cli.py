@@ -511,12 +511,18 @@ def cmd_report(
     thresholds = report_thresholds(args, conf)
     progress(f"building the report of {args.out} ({thresholds})")
     report = build_report(spark, args.out, thresholds, now_ms=args.now_ms)
-    progress("writing " + ", ".join(report.tables))
-    counts = write_report(spark, args.out, report)
-    if args.json:
-        print(json.dumps({**report.facts(), "rows": counts}, indent=2, sort_keys=True))
-    else:
-        print(describe(spark, args.out, report, counts, args.limit))
+    # computed once: written, then its first rows printed
+    report.tables = {name: df.persist() for name, df in report.tables.items()}
+    try:
+        progress("writing " + ", ".join(report.tables))
+        counts = write_report(spark, args.out, report)
+        if args.json:
+            print(json.dumps({**report.facts(), "rows": counts}, indent=2, sort_keys=True))
+        else:
+            print(describe(report, counts, args.out, args.limit))
+    finally:
+        for df in report.tables.values():
+            df.unpersist()
     return EXIT_OK
 
 

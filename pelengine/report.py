@@ -344,45 +344,36 @@ def write_report(spark: SparkSession, out_path: str, report: OperationalReport) 
 
 # ---- printing -----------------------------------------------------------------------------
 
-# name: (title, columns printed, order: "-col" descending, nulls last)
-_SECTIONS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+_SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "report_poison": (
         "Poison candidates (delivered >= {poison_count} times)",
         ("db", "key", "group", "id", "consumer", "delivery_count", "idle_ms", "entry_exists"),
-        ("-delivery_count", "-idle_ms", "db", "key", "group", "id_ms", "id_seq"),
     ),
     "report_stuck": (
         "Stuck entries (idle > {stuck_idle_ms} ms)",
         ("db", "key", "group", "id", "consumer", "idle_ms", "delivery_count", "entry_exists"),
-        ("-idle_ms", "db", "key", "group", "id_ms", "id_seq"),
     ),
     "report_dead_consumers": (
         "Dead consumers (pending > 0, inactive > {dead_inactive_ms} ms)",
         ("db", "key", "group", "consumer", "pending", "inactive_ms", "inactive_basis"),
-        ("-inactive_ms", "db", "key", "group", "consumer"),
     ),
     "report_dangling": (
         "Dangling entries (pending, but deleted from the stream)",
         ("db", "key", "group", "id", "consumer", "delivery_count", "idle_ms"),
-        ("db", "key", "group", "id_ms", "id_seq"),
     ),
     "report_lag": (
         "Groups with growing lag (rose in each of the last {lag_runs} run(s); nil lag: unknown)",
         ("db", "key", "group", "trend", "lag", "previous_lag", "lag_growth", "lags"),
-        ("-lag_growth", "db", "key", "group"),
     ),
 }
 
 
 def describe(
-    spark: SparkSession,
-    out_path: str,
-    report: OperationalReport,
-    counts: dict[str, int],
-    limit: int = 20,
+    report: OperationalReport, counts: dict[str, int], out_path: str, limit: int = 20
 ) -> str:
-    """The report as readable text: one section per table (its first ``limit`` rows, read
-    back from the tables written under ``out_path``)."""
+    """The report as readable text: per table its count (``counts``, e.g. what
+    :func:`write_report` wrote) and its first ``limit`` rows in the table's order (persist
+    ``report.tables`` first to not compute them twice)."""
     from pelengine.tabular import format_table
 
     when = f"seq {report.as_of_seq} ({report.as_of_ms} ms)"
@@ -393,14 +384,12 @@ def describe(
     )
     lines = [f"Operational report of {out_path}, snapshot as of {when}; {now}"]
     th = asdict(report.thresholds)
-    for name, (title, columns, order) in _SECTIONS.items():
+    for name, (title, columns) in _SECTIONS.items():
         n = counts.get(name, 0)
         lines += ["", f"{title.format(**th)}: {n}"]
         if not n:
             continue
-        df = storage.read_table(spark, storage.table_path(out_path, name))
-        by = [F.desc_nulls_last(c[1:]) if c.startswith("-") else F.col(c) for c in order]
-        rows = df.orderBy(*by).select(*columns).limit(limit).collect()
+        rows = report.tables[name].select(*columns).limit(limit).collect()
         table = format_table(list(columns), [tuple(r) for r in rows])
         lines += ["  " + line for line in table.splitlines()]
         if n > len(rows):

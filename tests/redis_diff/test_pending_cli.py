@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.spark]
 
 SEED = 4242
 COMMANDS = 300
-MAX_GROUPS_DB0 = 4  # groups of the random workload compared in every form (Spark time)
+MAX_GROUPS_DB0 = 3  # groups of the random workload compared (Spark time)
 
 
 def _redis_cli(server: RedisServer, db: int, *argv: str) -> str:
