@@ -330,6 +330,8 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError("--txn-app-id must not be empty")
         if _is_local(args.events) and not _local_path(args.events).exists():
             raise UsageError(f"--events {args.events}: no such path")
+        if _is_local(args.out) and _local_path(args.out).is_file():
+            raise UsageError(f"--out {args.out}: a file, not a directory for the tables")
     if args.command == "ingest-monitor" and not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
     if (

@@ -143,13 +143,10 @@ class SnapshotTables:
 
 def read_snapshot(spark: SparkSession, out_path: str) -> SnapshotTables:
     """``pel`` and ``groups`` of the output root (FileNotFoundError naming a missing one)."""
-    found = {}
-    for name in ("pel", "groups"):
-        path = storage.table_path(out_path, name)
-        if not storage.table_exists(spark, path):
-            raise FileNotFoundError(f"no {name} table under --out {out_path} (expected at {path})")
-        found[name] = storage.read_table(spark, path)
-    return SnapshotTables(found["pel"], found["groups"])
+    return SnapshotTables(
+        storage.read_output_table(spark, out_path, "pel"),
+        storage.read_output_table(spark, out_path, "groups"),
+    )
 
 
 def _tables(spark: SparkSession, source: str | SnapshotTables) -> SnapshotTables:

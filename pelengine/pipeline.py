@@ -976,10 +976,10 @@ def format_report(report: dict[str, Any]) -> str:
 
 def summarize(spark: SparkSession, out_path: str, limit: int = 10) -> str:
     """A short readable summary of the PEL and ownership tables under ``out_path``."""
-    pel = storage.read_table(spark, os.path.join(out_path, "pel"))
-    own = storage.read_table(spark, os.path.join(out_path, "ownership"))
-    groups = storage.read_table(spark, os.path.join(out_path, "groups"))
-    streams = storage.read_table(spark, os.path.join(out_path, "streams"))
+    pel = storage.read_output_table(spark, out_path, "pel")
+    own = storage.read_output_table(spark, out_path, "ownership")
+    groups = storage.read_output_table(spark, out_path, "groups")
+    streams = storage.read_output_table(spark, out_path, "streams")
     n_pel = pel.count()
     dangling = pel.filter(~F.col("entry_exists")).count()
     lines = [

@@ -278,16 +278,6 @@ def lag_snapshots(
 # ---- the whole report ---------------------------------------------------------------------
 
 
-def _table(spark: SparkSession, out_path: str, name: str) -> DataFrame:
-    path = storage.table_path(out_path, name)
-    if not storage.table_exists(spark, path):
-        raise FileNotFoundError(
-            f"no {name} table under --out {out_path} (expected at {path}; written by "
-            "pelengine reconstruct)"
-        )
-    return storage.read_table(spark, path)
-
-
 def _empty_lag(groups: DataFrame) -> DataFrame:
     return growing_lag([(0, groups), (0, groups)], 1).limit(0)
 
@@ -302,9 +292,9 @@ def build_report(
     """Every report table as a DataFrame (nothing written). ``now_ms``: measure idle and
     inactive times at this moment instead of each snapshot's ``as_of_ms``."""
     thresholds = thresholds or Thresholds()
-    pel = _table(spark, out_path, "pel")
-    ownership = _table(spark, out_path, "ownership")
-    groups = _table(spark, out_path, "groups")
+    pel = storage.read_output_table(spark, out_path, "pel")
+    ownership = storage.read_output_table(spark, out_path, "ownership")
+    groups = storage.read_output_table(spark, out_path, "groups")
     moment = groups.agg(F.max("as_of_ms"), F.max("as_of_seq")).first()
     as_of_ms, as_of_seq = (moment[0], moment[1]) if moment else (None, None)
     notes: list[str] = []

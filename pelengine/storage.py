@@ -196,6 +196,18 @@ def table_path(root: str, name: str) -> str:
     return os.path.join(root, name)
 
 
+def read_output_table(spark: SparkSession, root: str, name: str) -> DataFrame:
+    """The table ``name`` of the output root ``root``; FileNotFoundError naming both when
+    there is none."""
+    path = table_path(root, name)
+    if not table_exists(spark, path):
+        raise FileNotFoundError(
+            f"no {name} table under --out {root} (expected at {path}; written by "
+            "pelengine reconstruct)"
+        )
+    return read_table(spark, path)
+
+
 def table_versions(spark: SparkSession, path: str, limit: int | None = None) -> list[int]:
     """Versions of the table at ``path`` its Delta history lists, newest first (at most
     ``limit``); empty when there is no table. Versions whose files were vacuumed may be

@@ -222,6 +222,21 @@ def test_replay_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
         list(replay((pa.scalar(0), pa.scalar("s")), iter([batch])))
 
 
+def test_routing_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pelengine.spark import udf
+
+    def broken(argv: list[str]) -> Any:
+        raise ValueError(f"cannot route {argv[0]}")
+
+    monkeypatch.setattr(udf, "touched_keys", broken)
+    route = udf.make_router("7.0", {})
+    batch = pa.RecordBatch.from_pydict(
+        {"seq": [41], "ts_ms": [9], "argv": [["XACK", "s", "g", "1-0"]], "db": [3]}
+    )
+    with pytest.raises(udf.ReplayRowError, match=r"routing failed at the event seq 41 .*XACK"):
+        list(route(iter([batch])))
+
+
 # ---- thresholds: conf, flags, validation ----------------------------------------------------
 
 
@@ -255,6 +270,7 @@ def fake_root(tmp_path: Path) -> str:
         (["sql", "SELECT 1", "--out", "/no/such/out"], "--out /no/such/out: no such path"),
         (["pending", "k", "g", "--out", "."], "--out .: no tables there"),
         (["report", "--out", "pyproject.toml"], "--out pyproject.toml: not a directory"),
+        (["reconstruct", "--events", ".", "--out", "pyproject.toml"], "pyproject.toml: a file"),
         (["sql", "  ", "--out", "ROOT"], "the query is empty"),
         (["sql", "SELECT 1", "--out", "ROOT", "--json", "--csv"], "not allowed with"),
         (["sql", "SELECT 1", "--out", "ROOT", "--limit", "-3"], "--limit"),
