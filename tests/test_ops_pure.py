@@ -22,7 +22,7 @@ from pelengine.pending import (
     format_reply,
     range_bounds,
 )
-from pelengine.progress import ProgressReporter, format_duration
+from pelengine.progress import ProgressReporter, format_duration, spark_status
 from pelengine.report import Thresholds
 from pelengine.tabular import format_csv, format_json, format_table
 
@@ -174,6 +174,41 @@ def test_heartbeat_thread_prints_while_quiet_and_stops() -> None:
     assert 2 <= len(beats) <= 8
     assert len(lines) == stopped  # no line after the block
     assert not any(t.name == "pelengine-heartbeat" for t in threading.enumerate())
+
+
+def test_no_stage_details_without_a_spark_context() -> None:
+    class ConnectSession:  # Spark Connect: no SparkContext, no JVM
+        @property
+        def sparkContext(self) -> Any:  # noqa: N802
+            raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] sparkContext")
+
+    session: Any = ConnectSession()
+    assert spark_status(session) is None
+
+
+def test_run_summary_lines() -> None:
+    from pelengine.pipeline import format_report
+
+    full = {
+        "profile": "7.0",
+        "as_of_seq": 9,
+        "as_of_ms": 1000,
+        "input": {"path": "ev", "delta_version": 3},
+        "events": {"read": 10, "applied": 7, "ignored": 1, "failed": 1, "rejected": 1}
+        | {"failed_by_kind": {"nogroup": 1}, "rejected_by_reason": {"null argv": 1}},
+        "output": {"rows": {"pel": 2}},
+        "incremental": {"mode": "incremental", "families_replayed": 2, "families_total": 5},
+        "timings_s": {"validate": 1.0, "write": 2.0},
+        "duration_s": 3.5,
+    }
+    text = format_report(full)
+    assert "(events ev, Delta version 3)" in text
+    assert "incremental: incremental, 2 of 5 families replayed" in text
+    assert "events: read 10, applied 7, ignored 1, failed 1, rejected 1" in text
+    assert "rejected: null argv 1 (rows in rejected_events)" in text
+    assert "took 3.5 s (validate 1.0, write 2.0)" in text
+    idle = format_report({"incremental": {"mode": "up-to-date"}, "written": False})
+    assert "nothing written" in idle and "events:" not in idle
 
 
 # ---- failures name what failed --------------------------------------------------------------
