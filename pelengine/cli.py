@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -23,9 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from pelengine.config import PROFILES, Config, ConfigError, load_config
+from pelengine.progress import ProgressReporter, spark_status
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from pelengine.report import Thresholds
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -137,6 +141,93 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=_positive_int, default=20, metavar="N", help="rows to print (default 20)"
     )
 
+    sql = sub.add_parser(
+        "sql",
+        parents=[common],
+        help="run a SQL query over the tables of an output root (each a view of its name)",
+    )
+    sql.add_argument("query", metavar="QUERY", help='SQL, e.g. "SELECT * FROM pel LIMIT 5"')
+    sql.add_argument("--out", required=True, metavar="PATH", help="output root of reconstruct")
+    fmt = sql.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print a JSON array of row objects")
+    fmt.add_argument("--csv", action="store_true", help="print CSV with a header row")
+    sql.add_argument(
+        "--limit",
+        type=_non_negative_int,
+        default=100,
+        metavar="N",
+        help="rows to print (default 100; 0: all)",
+    )
+
+    pend = sub.add_parser(
+        "pending",
+        parents=[common],
+        help="print what XPENDING KEY GROUP [...] would print, from the output tables",
+    )
+    pend.add_argument("key", metavar="KEY", help="stream key")
+    pend.add_argument("group", metavar="GROUP", help="consumer group")
+    pend.add_argument("--out", required=True, metavar="PATH", help="output root of reconstruct")
+    pend.add_argument("--db", type=_non_negative_int, default=0, metavar="N", help="db (0)")
+    pend.add_argument("--start", metavar="ID", help="range start: ID, '-' or '(ID' (exclusive)")
+    pend.add_argument("--end", metavar="ID", help="range end: ID, '+' or '(ID' (exclusive)")
+    pend.add_argument("--count", type=_non_negative_int, metavar="N", help="at most N entries")
+    pend.add_argument("--consumer", metavar="C", help="only entries of consumer C (needs a range)")
+    pend.add_argument(
+        "--idle", type=_non_negative_int, metavar="MS", help="IDLE MS: entries idle >= MS only"
+    )
+    pend.add_argument(
+        "--now-ms",
+        type=_non_negative_int,
+        metavar="MS",
+        help="measure idle times at this Unix time in ms (default: the snapshot's as_of_ms)",
+    )
+    pend.add_argument(
+        "--no-header", action="store_true", help="print only what redis-cli would print"
+    )
+
+    rep = sub.add_parser(
+        "report",
+        parents=[common],
+        help="write and print the operational report (poison, stuck, dead consumers, "
+        "dangling, growing lag)",
+    )
+    rep.add_argument("--out", required=True, metavar="PATH", help="output root of reconstruct")
+    rep.add_argument(
+        "--poison-count",
+        type=_positive_int,
+        metavar="N",
+        help="poison candidates: delivered >= N times (default: conf report.poison_count)",
+    )
+    rep.add_argument(
+        "--stuck-idle-ms",
+        type=_non_negative_int,
+        metavar="T",
+        help="stuck entries: idle > T ms (default: conf report.stuck_idle_ms)",
+    )
+    rep.add_argument(
+        "--dead-inactive-ms",
+        type=_non_negative_int,
+        metavar="T",
+        help="dead consumers: pending > 0 and inactive > T ms (default: conf "
+        "report.dead_inactive_ms)",
+    )
+    rep.add_argument(
+        "--lag-runs",
+        type=_positive_int,
+        metavar="N",
+        help="growing lag: lag rose in each of the last N runs (default: conf report.lag_runs)",
+    )
+    rep.add_argument(
+        "--now-ms",
+        type=_non_negative_int,
+        metavar="MS",
+        help="measure idle/inactive times at this Unix time in ms (default: as_of_ms)",
+    )
+    rep.add_argument(
+        "--limit", type=_positive_int, default=20, metavar="N", help="rows per section (20)"
+    )
+    rep.add_argument("--json", action="store_true", help="print counts and thresholds as JSON")
+
     ing = sub.add_parser(
         "ingest-monitor",
         parents=[common],
@@ -208,6 +299,22 @@ def _local_path(path: str) -> Path:
     return Path(path.removeprefix("file://"))
 
 
+def _check_out_root(out: str) -> None:
+    """--out must be an output root: a local path must exist and hold table directories."""
+    if not _is_local(out):
+        return
+    root = _local_path(out)
+    if not root.exists():
+        raise UsageError(f"--out {out}: no such path")
+    if not root.is_dir():
+        raise UsageError(f"--out {out}: not a directory (an output root of reconstruct)")
+    if not any((entry / "_delta_log").is_dir() for entry in root.iterdir()):
+        raise UsageError(
+            f"--out {out}: no tables there (an output root of reconstruct holds pel, "
+            "ownership, groups, ...)"
+        )
+
+
 def validate(args: argparse.Namespace) -> None:
     """Checks argparse cannot express; raise UsageError naming the option."""
     if args.command == "reconstruct":
@@ -223,6 +330,8 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError("--txn-app-id must not be empty")
         if _is_local(args.events) and not _local_path(args.events).exists():
             raise UsageError(f"--events {args.events}: no such path")
+        if _is_local(args.out) and _local_path(args.out).is_file():
+            raise UsageError(f"--out {args.out}: a file, not a directory for the tables")
     if args.command == "ingest-monitor" and not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
     if (
@@ -235,6 +344,18 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"{args.source}: no such AOF file or directory")
     if args.command == "summary" and _is_local(args.out) and not _local_path(args.out).exists():
         raise UsageError(f"--out {args.out}: no such path")
+    if args.command in ("sql", "pending", "report"):
+        _check_out_root(args.out)
+    if args.command == "pending":
+        ranged = [args.start, args.end, args.count]
+        if any(v is not None for v in ranged) and any(v is None for v in ranged):
+            raise UsageError("--start, --end and --count go together (XPENDING's range)")
+        if args.start is None and (args.consumer is not None or args.idle is not None):
+            raise UsageError("--consumer and --idle need --start, --end and --count (as XPENDING)")
+        if args.start is None and args.now_ms is not None:
+            raise UsageError("--now-ms applies to the range form (--start/--end/--count) only")
+    if args.command == "sql" and not args.query.strip():
+        raise UsageError("the query is empty")
     if args.command == "pel-as-of" and _is_local(args.out):
         if not _local_path(args.out).exists():
             raise UsageError(f"--out {args.out}: no such path")
@@ -269,7 +390,8 @@ def cmd_reconstruct(
         print(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:
         print(format_report(report))
-        print(f"tables and _run_report.json written under {args.out}")
+        where = os.path.join(args.out, "_run_report.json")
+        print(f"tables under {args.out}; this report as JSON: {where}")
     return EXIT_OK
 
 
@@ -322,6 +444,87 @@ def cmd_pel_as_of(
             limit=args.limit,
         )
     )
+    return EXIT_OK
+
+
+def cmd_sql(spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress) -> int:
+    """Run a query over the tables of an output root and print the rows."""
+    from pelengine.query import QueryError, render, run_query
+
+    try:
+        result = run_query(spark, args.out, args.query, args.limit or None)
+    except QueryError as exc:
+        raise UsageError(str(exc)) from None
+    fmt = "json" if args.json else "csv" if args.csv else "table"
+    print(render(result, fmt))
+    if result.truncated and fmt != "table":
+        progress(f"only the first {args.limit} rows printed (--limit N, or --limit 0 for all)")
+    return EXIT_OK
+
+
+def cmd_pending(
+    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+) -> int:
+    """Print what XPENDING would print, from the snapshot tables."""
+    from pelengine.pending import PendingArgumentError, describe, xpending_range, xpending_summary
+
+    if args.start is None:
+        answer = xpending_summary(spark, args.out, args.key, args.group, db=args.db)
+    else:
+        try:
+            answer = xpending_range(
+                spark,
+                args.out,
+                args.key,
+                args.group,
+                args.start,
+                args.end,
+                args.count,
+                consumer=args.consumer,
+                min_idle_ms=args.idle or 0,
+                db=args.db,
+                now_ms=args.now_ms,
+            )
+        except PendingArgumentError as exc:
+            raise UsageError(f"--start {args.start} / --end {args.end}: {exc}") from None
+    print(describe(answer, args.out, header=not args.no_header))
+    return EXIT_FAILED if answer.is_error else EXIT_OK
+
+
+def report_thresholds(args: argparse.Namespace, conf: Config) -> Thresholds:
+    """The report's thresholds: each CLI flag given, else conf ``report:``."""
+    from pelengine.report import Thresholds
+
+    c = conf.report
+    return Thresholds(
+        poison_count=_first(args.poison_count, c.poison_count),
+        stuck_idle_ms=_first(args.stuck_idle_ms, c.stuck_idle_ms),
+        dead_inactive_ms=_first(args.dead_inactive_ms, c.dead_inactive_ms),
+        lag_runs=_first(args.lag_runs, c.lag_runs),
+    )
+
+
+def cmd_report(
+    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+) -> int:
+    """Build, write and print the operational report of an output root."""
+    from pelengine.report import build_report, describe, write_report
+
+    thresholds = report_thresholds(args, conf)
+    progress(f"building the report of {args.out} ({thresholds})")
+    report = build_report(spark, args.out, thresholds, now_ms=args.now_ms)
+    # computed once: written, then its first rows printed
+    report.tables = {name: df.persist() for name, df in report.tables.items()}
+    try:
+        progress("writing " + ", ".join(report.tables))
+        counts = write_report(spark, args.out, report)
+        if args.json:
+            print(json.dumps({**report.facts(), "rows": counts}, indent=2, sort_keys=True))
+        else:
+            print(describe(report, counts, args.out, args.limit))
+    finally:
+        for df in report.tables.values():
+            df.unpersist()
     return EXIT_OK
 
 
@@ -412,6 +615,9 @@ COMMANDS: dict[str, Callable[[SparkSession, argparse.Namespace, Config, Progress
     "generate": cmd_generate,
     "summary": cmd_summary,
     "pel-as-of": cmd_pel_as_of,
+    "sql": cmd_sql,
+    "pending": cmd_pending,
+    "report": cmd_report,
     "demo": cmd_demo,
     "ingest-aof": cmd_ingest_aof,
     "ingest-monitor": cmd_ingest_monitor,
@@ -444,25 +650,64 @@ def run(
         print(args.usage(), end="", file=sys.stderr)
         print(f"pelengine {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    reporter = ProgressReporter(progress, heartbeat_s=conf.progress.heartbeat_s)
     own_session = spark is None
     try:
-        if spark is None:
-            from pelengine.session import build_session
+        with reporter:
+            if spark is None:
+                from pelengine.session import build_session
 
-            spark = build_session(conf, progress)
-        return COMMANDS[args.command](spark, args, conf, progress)
+                spark = build_session(conf, reporter)
+            reporter.set_status(spark_status(spark))
+            return COMMANDS[args.command](spark, args, conf, reporter)
+    except UsageError as exc:
+        print(f"pelengine {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("pelengine: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        print(f"pelengine: {args.command} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if not _expected(exc):
+            traceback.print_exc(file=sys.stderr)
+        print(f"pelengine: {args.command} failed: {describe_failure(exc)}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         if own_session and spark is not None:
             from pelengine.session import stop_session
 
             stop_session(spark)
+
+
+def _expected(exc: BaseException) -> bool:
+    """Errors whose message says it all (missing table or path, input contract): no
+    traceback."""
+    if isinstance(exc, FileNotFoundError | FileExistsError):
+        return True
+    return isinstance(exc, ValueError) and type(exc).__module__.startswith("pelengine.")
+
+
+_ERROR_LINE = re.compile(r"^\s*((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception)): (.+)$")
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``Type: message`` of a failure, in one line where Spark wraps it in pages.
+
+    An error raised in a Python worker (e.g. the replay naming the event at fault)
+    reaches the driver inside a PySpark/JVM exception whose text holds the worker's
+    traceback: its last ``SomeError: message`` line is the one that says what failed."""
+    text = str(exc)
+    name = type(exc).__name__
+    if "\n" not in text.strip():
+        return f"{name}: {text}"
+    found = None
+    for line in text.splitlines():
+        match = _ERROR_LINE.match(line)
+        if match and "Traceback" not in line:
+            found = match
+    if found is not None and found.group(1).rsplit(".", 1)[-1] != name:
+        return f"{name}: {found.group(1).rsplit('.', 1)[-1]}: {found.group(2).strip()}"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{name}: {first}"
 
 
 def exit_process(code: int) -> NoReturn:

@@ -35,6 +35,23 @@ class GenerateConfig:
 
 
 @dataclass(frozen=True)
+class ReportConfig:
+    """Thresholds of `pelengine report` (each overridable by its CLI flag)."""
+
+    poison_count: int = 5  # pending entries delivered at least this many times
+    stuck_idle_ms: int = 300_000  # pending entries idle longer than this
+    dead_inactive_ms: int = 3_600_000  # consumers owning entries, inactive longer than this
+    lag_runs: int = 1  # growing lag: lag rose in each of the last N runs
+
+
+@dataclass(frozen=True)
+class ProgressConfig:
+    """How long runs report progress."""
+
+    heartbeat_s: int = 30  # a "still working" line after this long without one (0: never)
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     """How the CLI builds its SparkSession."""
 
@@ -55,6 +72,8 @@ class Config:
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     demo_dir: str = "demo"
     spark: SparkConfig = field(default_factory=SparkConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
     sources: tuple[str, ...] = ()
 
 
@@ -144,6 +163,17 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         log_level=_opt_str(sp, "log_level", "spark.log_level", origin),
         conf={str(k): _conf_value(v) for k, v in conf.items() if v is not None},
     )
+    rep = _section(raw, "report", origin)
+    report = ReportConfig(
+        poison_count=_int(rep, "poison_count", "report.poison_count", origin, 1),
+        stuck_idle_ms=_int(rep, "stuck_idle_ms", "report.stuck_idle_ms", origin, 0),
+        dead_inactive_ms=_int(rep, "dead_inactive_ms", "report.dead_inactive_ms", origin, 0),
+        lag_runs=_int(rep, "lag_runs", "report.lag_runs", origin, 1),
+    )
+    prog = _section(raw, "progress", origin)
+    progress = ProgressConfig(
+        heartbeat_s=_int(prog, "heartbeat_s", "progress.heartbeat_s", origin, 0)
+    )
     return Config(
         profile=profile,
         node_max_entries=node_max_entries,
@@ -151,6 +181,8 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         generate=generate,
         demo_dir=demo_dir,
         spark=spark,
+        report=report,
+        progress=progress,
     )
 
 

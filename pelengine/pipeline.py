@@ -638,11 +638,12 @@ def reconstruct(
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
-    def lap(stage: str) -> None:
+    def lap(stage: str, detail: str = "") -> None:
         nonlocal clock
         now = time.monotonic()
         timings[stage] = round(now - clock, 3)
         clock = now
+        progress(f"{stage} done in {timings[stage]:.1f} s" + (f": {detail}" if detail else ""))
 
     progress("validating events")
     conformed = conform_events(events)
@@ -671,7 +672,7 @@ def reconstruct(
     as_of_seq = options.as_of_seq if options.as_of_seq is not None else max_seq
     if options.as_of_seq is not None and max_seq is not None:
         as_of_seq = min(options.as_of_seq, max_seq)
-    lap("validate")
+    lap("validate", f"{n_valid:,} events to replay")
     progress(f"routing {n_valid:,} events to stream families")
     saved: set[tuple[int, str]] | None = None
     renamed: dict[tuple[int, str], str] = {}
@@ -752,7 +753,12 @@ def reconstruct(
         carried=carried,
     )
     _count_outcomes(routed, replayed, report)
-    lap("replay")
+    ev = report["events"]
+    lap(
+        "replay",
+        f"{ev['applied']:,} applied, {ev['ignored']:,} ignored, {ev['failed']:,} failed "
+        "(Redis errors)",
+    )
     return result
 
 
@@ -907,23 +913,43 @@ def write_outputs(
     One after the other: the embedded ``delta`` source is registered with the session,
     and a write from another Python thread does not find it."""
     rows: dict[str, int] = {}
-    for name, df in tables:
+    for i, (name, df) in enumerate(tables, start=1):
         path = os.path.join(out_path, name)
-        progress(f"writing {name}")
+        progress(f"writing {name} ({i}/{len(tables)})")
+        started = time.monotonic()
         storage.write_table(df, path, "overwrite", txn_app_id=txn_app_id, txn_version=txn_version)
         rows[name] = storage.table_row_count(spark, path)
+        progress(f"wrote {name}: {rows[name]:,} rows in {time.monotonic() - started:.1f} s")
     return rows
 
 
 def format_report(report: dict[str, Any]) -> str:
     """The run report as a few readable lines."""
     ev = report.get("events", {})
+    inp = report.get("input", {})
     lines = [
-        f"profile {report.get('profile')}  as of seq {report.get('as_of_seq')}"
-        f" / {report.get('as_of_ms')} ms",
-        f"events: read {ev.get('read', ev.get('valid'))}, applied {ev.get('applied')}, "
-        f"ignored {ev.get('ignored')}, failed {ev.get('failed')}, rejected {ev.get('rejected', 0)}",
+        f"profile {report.get('profile', '-')}  as of seq {report.get('as_of_seq')}"
+        f" / {report.get('as_of_ms')} ms  (events {inp.get('path', '?')}, Delta version "
+        f"{inp.get('delta_version', '?')})",
     ]
+    inc = report.get("incremental")
+    if inc:
+        line = f"incremental: {inc.get('mode')}"
+        if inc.get("families_total") is not None:
+            line += (
+                f", {inc.get('families_replayed')} of {inc.get('families_total')} families replayed"
+            )
+        if inc.get("families_with_changed_history"):
+            line += f", {len(inc['families_with_changed_history'])} with changed history"
+        lines.append(line)
+    if report.get("written") is False:
+        lines.append("nothing written: the tables are already at this events version")
+    if ev:
+        lines.append(
+            f"events: read {ev.get('read', ev.get('valid'))}, applied {ev.get('applied')}, "
+            f"ignored {ev.get('ignored')}, failed {ev.get('failed')}, "
+            f"rejected {ev.get('rejected', 0)}"
+        )
     if ev.get("failed_by_kind"):
         lines.append(
             "failed by error kind: "
@@ -931,7 +957,9 @@ def format_report(report: dict[str, Any]) -> str:
         )
     if ev.get("rejected_by_reason"):
         lines.append(
-            "rejected: " + ", ".join(f"{k} {v}" for k, v in ev["rejected_by_reason"].items())
+            "rejected: "
+            + ", ".join(f"{k} {v}" for k, v in ev["rejected_by_reason"].items())
+            + " (rows in rejected_events)"
         )
     rows = report.get("output", {}).get("rows", {})
     if rows:
@@ -940,19 +968,18 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("notes: " + ", ".join(f"{k} {v}" for k, v in report["notes"].items()))
     timings = report.get("timings_s", {})
     lines.append(
-        f"took {report.get('duration_s', '?')} s ("
-        + ", ".join(f"{k} {v}" for k, v in timings.items())
-        + ")"
+        f"took {report.get('duration_s', '?')} s"
+        + (" (" + ", ".join(f"{k} {v}" for k, v in timings.items()) + ")" if timings else "")
     )
     return "\n".join(lines)
 
 
 def summarize(spark: SparkSession, out_path: str, limit: int = 10) -> str:
     """A short readable summary of the PEL and ownership tables under ``out_path``."""
-    pel = storage.read_table(spark, os.path.join(out_path, "pel"))
-    own = storage.read_table(spark, os.path.join(out_path, "ownership"))
-    groups = storage.read_table(spark, os.path.join(out_path, "groups"))
-    streams = storage.read_table(spark, os.path.join(out_path, "streams"))
+    pel = storage.read_output_table(spark, out_path, "pel")
+    own = storage.read_output_table(spark, out_path, "ownership")
+    groups = storage.read_output_table(spark, out_path, "groups")
+    streams = storage.read_output_table(spark, out_path, "streams")
     n_pel = pel.count()
     dangling = pel.filter(~F.col("entry_exists")).count()
     lines = [

@@ -9,6 +9,7 @@ named ``delta`` backed by delta-rs (:mod:`pelengine.spark.delta_source`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -188,6 +189,49 @@ def _embedded_preflight_skips(
 
 
 # --------------------------------------------------------------------------- table facts
+
+
+def table_path(root: str, name: str) -> str:
+    """Where the table ``name`` of the output root ``root`` lives."""
+    return os.path.join(root, name)
+
+
+def read_output_table(spark: SparkSession, root: str, name: str) -> DataFrame:
+    """The table ``name`` of the output root ``root``; FileNotFoundError naming both when
+    there is none."""
+    path = table_path(root, name)
+    if not table_exists(spark, path):
+        raise FileNotFoundError(
+            f"no {name} table under --out {root} (expected at {path}; written by "
+            "pelengine reconstruct)"
+        )
+    return read_table(spark, path)
+
+
+def table_versions(spark: SparkSession, path: str, limit: int | None = None) -> list[int]:
+    """Versions of the table at ``path`` its Delta history lists, newest first (at most
+    ``limit``); empty when there is no table. Versions whose files were vacuumed may be
+    listed yet no longer readable."""
+    if storage_mode(spark) == EMBEDDED:
+        from pelengine.spark.delta_source import normalize_table_uri, open_table
+
+        table = open_table(normalize_table_uri(path))
+        if table is None:
+            return []
+        versions = sorted(
+            {int(h["version"]) for h in table.history(limit) if h.get("version") is not None},
+            reverse=True,
+        )
+        return versions[:limit] if limit is not None else versions
+    from pyspark.errors import AnalysisException
+
+    quoted = path.replace("`", "``")
+    query = f"DESCRIBE HISTORY delta.`{quoted}`" + (f" LIMIT {int(limit)}" if limit else "")
+    try:
+        rows = spark.sql(query).select("version").collect()
+    except AnalysisException:
+        return []
+    return sorted((int(r["version"]) for r in rows), reverse=True)
 
 
 def table_version(spark: SparkSession, path: str) -> int | None:

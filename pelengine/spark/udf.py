@@ -49,6 +49,16 @@ def links_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
             )
 
 
+class ReplayRowError(RuntimeError):
+    """The model failed on one event (a bug, not a Redis error): names the row."""
+
+
+def _describe_row(seq: int | None, ts_ms: int | None, argv: list[str] | None, db: int) -> str:
+    shown = [a if len(a) <= 40 else a[:37] + "..." for a in (argv or [])[:8]]
+    more = f" ... ({len(argv or [])} args)" if argv and len(argv) > 8 else ""
+    return f"seq {seq} (ts_ms {ts_ms}, db {db}, argv {shown}{more})"
+
+
 def make_router(
     profile: str, family_of: dict[tuple[int, str], str]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -65,19 +75,29 @@ def make_router(
             commands: list[str] = []
             kinds: list[str | None] = []
             errors: list[str | None] = []
-            for db, argv in zip(dbs, argvs, strict=True):
-                scope, keys = touched_keys(argv)
-                scopes.append(scope)
-                commands.append(command_name(argv))
-                fams = list(dict.fromkeys(family_of.get((db, k), k) for k in keys))
-                families.append(fams)
-                if scope != SCOPE_KEYS:
-                    outcome = blank.apply(0, 0, argv, db)
-                    kinds.append(outcome.kind)
-                    errors.append(outcome.error)
-                else:
-                    kinds.append(None)
-                    errors.append(None)
+            for i, (db, argv) in enumerate(zip(dbs, argvs, strict=True)):
+                try:
+                    scope, keys = touched_keys(argv)
+                    scopes.append(scope)
+                    commands.append(command_name(argv))
+                    fams = list(dict.fromkeys(family_of.get((db, k), k) for k in keys))
+                    families.append(fams)
+                    if scope != SCOPE_KEYS:
+                        outcome = blank.apply(0, 0, argv, db)
+                        kinds.append(outcome.kind)
+                        errors.append(outcome.error)
+                    else:
+                        kinds.append(None)
+                        errors.append(None)
+                except Exception as exc:
+                    seq, ts_ms = (
+                        batch.column(c)[i].as_py() if c in batch.schema.names else None
+                        for c in ("seq", "ts_ms")
+                    )
+                    raise ReplayRowError(
+                        f"routing failed at the event {_describe_row(seq, ts_ms, argv, db)}: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
             yield pa.RecordBatch.from_arrays(
                 [
                     *batch.columns,
@@ -195,7 +215,13 @@ def make_replay_function(
                 if marker:
                     replayer.client_activity(ts_ms, client)
                     continue
-                outcome = replayer.apply(seq, ts_ms, argv, db, client)
+                try:
+                    outcome = replayer.apply(seq, ts_ms, argv, db, client)
+                except Exception as exc:
+                    raise ReplayRowError(
+                        f"replay of {family} failed at the event "
+                        f"{_describe_row(seq, ts_ms, argv, db)}: {type(exc).__name__}: {exc}"
+                    ) from exc
                 if fanout:
                     replayer.counters.commands[command_name(argv)] -= 1
                     fanout_outcomes.append(

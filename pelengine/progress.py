@@ -1,0 +1,152 @@
+"""Progress lines of long runs: time-stamped, plus a throttled heartbeat.
+
+:class:`ProgressReporter` wraps the line sink the CLI prints to (stderr). Each line
+gets the time since the run started; while no line came for ``heartbeat_s`` seconds
+(a replay or a table write can take minutes), a background thread prints one
+"still ..." line naming the last step and, where Spark can tell, its running stages
+and their tasks — at most one such line per ``heartbeat_s``, so logs stay short.
+
+The Spark side (:func:`spark_status`) reads the classic ``SparkContext``'s status
+tracker. Spark Connect / serverless sessions have no ``SparkContext``: there the
+heartbeat still prints, without stage details.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Sink = Callable[[str], None]
+Status = Callable[[], "str | None"]
+
+
+def format_duration(seconds: float) -> str:
+    """``4.2s``, ``3m05s``, ``1h02m``."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def spark_status(spark: SparkSession) -> Status | None:
+    """A function describing the running Spark stages, or None when the session has no
+    ``SparkContext`` (Spark Connect)."""
+    try:
+        tracker = spark.sparkContext.statusTracker()
+    except Exception:  # Spark Connect: no SparkContext / JVM
+        return None
+
+    def status() -> str | None:
+        try:
+            parts = []
+            for stage_id in sorted(tracker.getActiveStageIds())[:3]:
+                info = tracker.getStageInfo(stage_id)
+                if info is None:
+                    continue
+                parts.append(
+                    f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks done"
+                    f", {info.numActiveTasks} running"
+                )
+            return "spark " + "; ".join(parts) if parts else None
+        except Exception:
+            return None
+
+    return status
+
+
+class ProgressReporter:
+    """A progress callback (``reporter("message")``) with elapsed times and a heartbeat.
+
+    Use as a context manager around the work: the heartbeat thread runs inside it.
+    ``heartbeat_s`` 0 turns the heartbeat off.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        heartbeat_s: float = 30.0,
+        status: Status | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        poll_s: float | None = None,
+    ) -> None:
+        self._sink = sink
+        self._heartbeat_s = heartbeat_s
+        self._status = status
+        self._clock = clock
+        self._poll_s = poll_s if poll_s is not None else min(max(heartbeat_s / 10, 0.05), 5.0)
+        self._started = clock()
+        self._last_line = self._started
+        self._step = "starting"
+        self._step_started = self._started
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def set_status(self, status: Status | None) -> None:
+        """Where the heartbeat reads stage details from (e.g. once Spark is up)."""
+        self._status = status
+
+    def _emit(self, message: str) -> None:
+        elapsed = self._clock() - self._started
+        self._sink(f"[{format_duration(elapsed):>6}] {message}")
+
+    def __call__(self, message: str) -> None:
+        with self._lock:
+            now = self._clock()
+            self._last_line = now
+            self._step = message
+            self._step_started = now
+            self._emit(message)
+
+    def beat(self) -> bool:
+        """Print a heartbeat line if none came for ``heartbeat_s``; whether it printed."""
+        if self._heartbeat_s <= 0 or self._clock() - self._last_line < self._heartbeat_s:
+            return False
+        # Spark's status is read outside the lock: progress lines never wait on it
+        detail = self._status() if self._status is not None else None
+        with self._lock:
+            now = self._clock()
+            if now - self._last_line < self._heartbeat_s:
+                return False  # a progress line came meanwhile
+            since = format_duration(now - self._step_started)
+            line = f"... still at '{self._step}' ({since})"
+            self._emit(line + (f"; {detail}" if detail else ""))
+            self._last_line = now
+            return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s):
+            try:
+                self.beat()
+            except Exception:  # a heartbeat must never break the run
+                return
+
+    def __enter__(self) -> ProgressReporter:
+        if self._heartbeat_s > 0 and self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name="pelengine-heartbeat", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
