@@ -8,7 +8,7 @@ CONF   ?= conf/local.yaml
 DEMO   ?= demo
 
 .DEFAULT_GOAL := help
-.PHONY: help install run notebook test lint typecheck bench bench-incremental clean
+.PHONY: help install run notebook test lint typecheck bench bench-incremental bench-hot clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
@@ -45,6 +45,9 @@ bench: install ## job vs floor vs engine vs Redis, one run (10M events; BENCH_AR
 
 bench-incremental: install ## time an incremental night (1% new) against a full recomputation (5M events; BENCH_ARGS="--events N")
 	$(BIN)/python benchmarks/incremental_night.py $(BENCH_ARGS)
+
+bench-hot: install ## Python worker RSS of one hot stream (20M events; BENCH_ARGS="--events 1M" or "--series 1M,5M,20M")
+	$(BIN)/python benchmarks/hot_stream.py $(BENCH_ARGS)
 
 clean: ## remove build, demo and cache outputs (keeps .venv)
 	rm -rf $(DEMO) out build dist *.egg-info spark-warehouse metastore_db derby.log

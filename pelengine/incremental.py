@@ -3,15 +3,17 @@
 The state table ``<out>/_state`` holds, after every incremental run:
 
 * one ``family`` row per family of stream keys replayed so far: the whole model
-  (the pure ``Replayer``, pickled and compressed: streams, groups, PELs, delivery
-  history, blocked clients, open MULTI units), the last ``seq`` it applied, and
-  the count and an order-free digest of every row it received;
+  (the pure ``Replayer``, pickled and compressed: streams, groups, PELs, the
+  delivery records of pending entries, blocked clients, open MULTI units), the
+  last ``seq`` it applied, and the count and an order-free digest of every row it
+  received; it grows with the PELs and streams, not with the history;
 * one ``run`` row: the events table's Delta version the state corresponds to, the
   largest ``seq`` read (``high_seq``), the snapshot time, the count and digest of
   every input row with ``seq <= high_seq`` (and of rows with a null ``seq``), the
-  options that shape the tables, and what crosses families (which keys are tied
+  options that shape the tables, what crosses families (which keys are tied
   into families, which clients block where, the db of the last ``SELECT``, 7.2+
-  MULTI units left open).
+  MULTI units left open), and the Delta version of ``delivery_counts`` written
+  with this state.
 
 A run (``pelengine reconstruct --incremental``):
 
@@ -24,7 +26,10 @@ A run (``pelengine reconstruct --incremental``):
 3. otherwise replays only the rows after ``high_seq``: the families they reach
    start from their saved model (a ``state`` row that sorts before their new
    events in the same grouped UDF), every other family's rows are carried over
-   from the current tables with this run's ``as_of`` and ``idle_ms``;
+   from the current tables with this run's ``as_of`` and ``idle_ms``; the
+   replayed families' ``delivery_counts`` rows are their previous rows (from the
+   version the state names) merged with the delivery segments of the new events
+   (an entry acked last night and delivered again tonight is one row);
 4. writes every table (whole-table overwrite, one commit each, with
    ``txnAppId=pelengine-incremental`` and ``txnVersion=V``) and then the state
    (the commit point).
@@ -67,7 +72,9 @@ from pelengine.spark.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
 
 STATE_TABLE = "_state"
 TXN_APP_ID = "pelengine-incremental"
-GLOBALS_FORMAT = 1
+# 2: family models keep only the delivery records of pending entries; delivery_counts
+# continues from the table version the run row names (``delivery_counts_version``)
+GLOBALS_FORMAT = 2
 
 
 class StateMismatchError(InputContractError):
@@ -111,7 +118,12 @@ def read_state(spark: SparkSession, out_path: str) -> tuple[SavedRun | None, Dat
     blob = run["state_blob"]
     fmt, globals_ = pickle.loads(blob) if blob is not None else (GLOBALS_FORMAT, {})
     if fmt != GLOBALS_FORMAT:
-        raise StateMismatchError(f"{path}: state format {fmt}, this version reads {GLOBALS_FORMAT}")
+        raise StateMismatchError(
+            f"{path}: the saved state has format {fmt}, this version of pelengine reads format "
+            f"{GLOBALS_FORMAT} and cannot continue it. Rebuild from the full history: run "
+            f"again with a new --out, or remove {out_path} first (its tables' columns "
+            "changed too)"
+        )
     saved = SavedRun(
         events_version=int(run["events_version"]),
         high_seq=run["high_seq"],
@@ -204,12 +216,17 @@ def run_incremental(
     previous = {}
     if mode == "incremental":
         assert saved is not None and families is not None
+        g = saved.globals
+        # delivery_counts continues (merged with the new delivery segments) from the
+        # version written with this state, not from one an interrupted run left
+        pinned = {"delivery_counts": g.get("delivery_counts_version")}
         for name in (*OUTPUT_TABLES, "rejected_events"):
             path = os.path.join(out_path, name)
-            v = storage.table_version(spark, path)
+            v = pinned.get(name)
+            if v is None:
+                v = storage.table_version(spark, path)
             if v is not None:
                 previous[name] = storage.read_table(spark, path, v)
-        g = saved.globals
         carry = Carry(
             high_seq=saved.high_seq if saved.high_seq is not None else -(2**63),
             as_of_ms=saved.as_of_ms,
@@ -274,6 +291,10 @@ def run_incremental(
         txn_version=version,
         progress=progress,
     )
+    carried = dict(result.carried)
+    carried["delivery_counts_version"] = storage.table_version(
+        spark, os.path.join(out_path, "delivery_counts")
+    )
     run_row = {
         "kind": "run",
         "events_version": version,
@@ -284,7 +305,7 @@ def run_incremental(
         "digest_upto_high": x_upto,
         "rows_null_seq": null_rows,
         "options": json.dumps(wanted, sort_keys=True),
-        "state_blob": pickle.dumps((GLOBALS_FORMAT, result.carried), protocol=5),
+        "state_blob": pickle.dumps((GLOBALS_FORMAT, carried), protocol=5),
     }
     state_df = states.select(
         F.lit("family").alias("kind"),

@@ -12,7 +12,10 @@ Steps (each reported through ``progress``):
 5. replay    — one shuffle by family, a sort by ``seq`` within partitions, and
                the iterator-form grouped Arrow UDF streaming each family's
                events through the pure model;
-6. tables    — every output table is selected from that one pass.
+6. tables    — every output table is selected from that one pass;
+               ``delivery_counts`` merges the delivery segments the replay
+               emitted (the model keeps no closed records, see
+               :func:`merge_delivery_segments`).
 
 ``run_reconstruct`` adds the storage side: read the events table, write every
 table and the run report.
@@ -34,6 +37,7 @@ from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, St
 from pyspark.sql.window import Window
 
 from pelengine import storage
+from pelengine.model.delivery import INCARNATION_COLUMNS, PRIOR_SEGMENT_N, SEGMENT_COLUMNS
 from pelengine.model.replay import get_profile
 from pelengine.spark.schemas import (
     EVENTS_SCHEMA,
@@ -539,6 +543,69 @@ def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
     return rows.unionByName(seeds)
 
 
+def merge_delivery_segments(
+    segments: DataFrame, incarnations: DataFrame, as_of_ms: int, as_of_seq: int
+) -> DataFrame:
+    """``delivery_counts`` from the delivery segments the replay emitted and the final
+    place of each group incarnation: the rules of
+    :func:`pelengine.model.delivery.merge_delivery_segments`, in SQL.
+
+    Per (db, group, group_created_seq, id): deliveries summed, owner names united,
+    the first/last delivery time of the first/last segment (``segment_n`` order) that
+    has one, count, status and closed time of the last segment; the key is where the
+    incarnation ended up (a RENAME moves its rows), else the last segment's."""
+    order = F.col("segment_n")
+
+    def ordered_if_set(name: str) -> Any:
+        return F.when(F.col(name).isNotNull(), order)
+
+    identity = ["db", "group", "group_created_seq"]
+    merged = segments.groupBy(*identity, "id", "id_ms", "id_seq").agg(
+        F.sum("deliveries").alias("deliveries"),
+        F.array_sort(F.array_distinct(F.flatten(F.collect_list("owner_names")))).alias(
+            "owner_names"
+        ),
+        F.min_by("first_delivery_ms", ordered_if_set("first_delivery_ms")).alias(
+            "first_delivery_ms"
+        ),
+        F.max_by("last_delivery_ms", ordered_if_set("last_delivery_ms")).alias("last_delivery_ms"),
+        F.max_by(F.struct("key", "delivery_count", "status", "closed_ms"), order).alias("_last"),
+    )
+    final = incarnations.select(*identity, F.col("key").alias("_final_key"))
+    out = merged.join(final, identity, "left").select(
+        "db",
+        F.coalesce(F.col("_final_key"), F.col("_last.key")).alias("key"),
+        "group",
+        "id",
+        "id_ms",
+        "id_seq",
+        F.col("_last.delivery_count").alias("delivery_count"),
+        F.col("deliveries").cast("long").alias("deliveries"),
+        F.size("owner_names").cast("long").alias("owners"),
+        "first_delivery_ms",
+        "last_delivery_ms",
+        F.col("_last.status").alias("status"),
+        F.col("_last.closed_ms").alias("closed_ms"),
+        "owner_names",
+        "group_created_seq",
+        F.lit(as_of_ms).cast("long").alias("as_of_ms"),
+        F.lit(as_of_seq).cast("long").alias("as_of_seq"),
+    )
+    return out.select(*TABLE_COLUMNS["delivery_counts"])
+
+
+def _prior_segments(
+    old: DataFrame, family_of: dict[tuple[int, str], str], replayed: DataFrame
+) -> DataFrame:
+    """The previous ``delivery_counts`` rows of the families this run replays, as
+    segments that come before any of this run's."""
+    rows = _family_column(old, family_of).join(replayed, ["db", "family"], "left_semi")
+    return rows.select(
+        *(c for c in SEGMENT_COLUMNS if c != "segment_n"),
+        F.lit(PRIOR_SEGMENT_N).cast("long").alias("segment_n"),
+    )
+
+
 def _rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> DataFrame:
     """Saved state rows under the names of the families they were merged into."""
     spark = states.sparkSession
@@ -699,12 +766,13 @@ def reconstruct(
             rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
     lap("route")
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    snap_ms, snap_seq = as_of_ms if as_of_ms is not None else 0, as_of_seq or 0
     progress(f"replaying through the {profile} model in {partitions} partitions")
     replayed = replay_stage(
         rows,
         profile,
-        as_of_ms if as_of_ms is not None else 0,
-        as_of_seq or 0,
+        snap_ms,
+        snap_seq,
         partitions,
         options.node_max_entries,
         options.node_max_bytes,
@@ -715,6 +783,10 @@ def reconstruct(
         name: replayed.filter(F.col("table") == name).select(*TABLE_COLUMNS[name])
         for name in OUTPUT_TABLES
     }
+    segments = replayed.filter(F.col("table") == "delivery_segments").select(*SEGMENT_COLUMNS)
+    incarnations = replayed.filter(F.col("table") == "group_incarnations").select(
+        *INCARNATION_COLUMNS
+    )
     states: DataFrame | None = None
     if options.incremental:
         state_cols = ("db", "family", "applied_seq", "state_blob", "agg_n", "agg_x")
@@ -722,6 +794,15 @@ def reconstruct(
         if carry is not None:
             assert states_in is not None
             replayed_families = states.select("db", "family")
+            old_counts = carry.previous.get("delivery_counts")
+            if old_counts is not None:
+                # the replayed families' rows so far: the first segment of their entries
+                segments = segments.unionByName(
+                    _prior_segments(old_counts, families, replayed_families)
+                )
+            tables["delivery_counts"] = merge_delivery_segments(
+                segments, incarnations, snap_ms, snap_seq
+            )
             tables = _carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
             untouched = (
                 states_in.join(replayed_families, ["db", "family"], "left_anti")
@@ -730,6 +811,10 @@ def reconstruct(
                 .withColumn("mark_x", F.lit(None).cast("long"))
             )
             states = states.unionByName(untouched)
+    if carry is None:
+        tables["delivery_counts"] = merge_delivery_segments(
+            segments, incarnations, snap_ms, snap_seq
+        )
     report: dict[str, Any] = {
         "profile": profile,
         "stream_node_max": {

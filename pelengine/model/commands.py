@@ -928,7 +928,7 @@ def xgroup(r: Replayer, call: Call) -> None:
             stream = r.create_stream(call.db, key)
         if group_name in stream.groups:
             raise CommandError("busygroup")
-        stream.groups[group_name] = Group(group_name, start, entries_read)
+        stream.groups[group_name] = Group(group_name, start, entries_read, call.seq)
         return
     assert stream is not None
     if sub == "setid":

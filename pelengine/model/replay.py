@@ -18,6 +18,7 @@ from typing import Any
 
 from pelengine.model import commands as cmd
 from pelengine.model.commands import CommandError
+from pelengine.model.delivery import incarnation_row, record_fields, segment_row
 from pelengine.model.ids import StreamID, format_id, to_bigint
 from pelengine.model.state import (
     INVALID_ENTRIES_READ,
@@ -167,6 +168,7 @@ class Replayer:
         record_changes: bool = True,
         node_max_entries: int = 100,
         node_max_bytes: int = 4096,
+        spill_closed_records: bool = False,
     ) -> None:
         self.profile = get_profile(profile)
         # Redis' stream-node-max-entries: how many entries one internal node holds
@@ -188,7 +190,16 @@ class Replayer:
         # blocked readers in the order they blocked, and keys signalled as ready
         self._blocked: list[BlockedRead] = []
         self._ready: dict[tuple[int, str], None] = {}
-        self._closed: list[tuple[int, str, str, StreamID, DeliveryRecord]] = []
+        # records of groups that ended (db, key, group, created_seq, id, record)
+        self._closed: list[tuple[int, str, str, int, StreamID, DeliveryRecord]] = []
+        # Spilling (see pelengine.model.delivery): a record leaves the model as a
+        # segment row when its entry leaves the PEL, a group that ends leaves an
+        # incarnation row; both wait here until drained. Memory then follows the
+        # PEL, not the history.
+        self.spill_closed_records = spill_closed_records
+        self._segments: list[Row] = []
+        self._incarnations: list[Row] = []
+        self._segment_n = 0
 
     # -- applying commands -------------------------------------------------
 
@@ -253,7 +264,7 @@ class Replayer:
         return Outcome("ignored")
 
     def absorb(self, other: Replayer) -> None:
-        """Take over ``other``'s keys, closed delivery records and waiting clients.
+        """Take over ``other``'s keys, closed delivery records (or segments) and waiting clients.
 
         Used when new commands tie two families together (a RENAME or a multi-stream
         XREADGROUP across keys replayed apart until then): their keys are disjoint, so
@@ -262,6 +273,9 @@ class Replayer:
         """
         self.keys.update(other.keys)
         self._closed.extend(other._closed)
+        self._segments.extend(other._segments)
+        self._incarnations.extend(other._incarnations)
+        self._segment_n = max(self._segment_n, other._segment_n)
         self._changes.extend(other._changes)
         self._pel_history.extend(other._pel_history)
         for client, unit in other._units.items():
@@ -435,8 +449,12 @@ class Replayer:
         for entry_id, nack in list(group.pel.items()):
             self.record(call, key, group, entry_id, status, nack.consumer, None, nack, status, db)
         group.pel.clear()
-        for entry_id, rec in group.records.items():
-            self._closed.append((db, key, group.name, entry_id, rec))
+        if self.spill_closed_records:
+            # every record was open (spilled as it closed just now)
+            self._incarnations.append(incarnation_row(db, key, group))
+        else:
+            for entry_id, rec in group.records.items():
+                self._closed.append((db, key, group.name, group.created_seq, entry_id, rec))
         group.records = {}
 
     def record(
@@ -454,6 +472,7 @@ class Replayer:
     ) -> None:
         """Note one change of a pending entry in the history tables (``status``: it left
         the PEL with that status)."""
+        db = call.db if db is None else db
         rec = group.records.get(entry_id)
         if status is None:
             assert to_consumer is not None
@@ -462,9 +481,12 @@ class Replayer:
                     nack.delivery_count, 0, set(), nack.delivery_time, nack.delivery_time
                 )
                 group.records[entry_id] = rec
-            elif rec.status != "pending":
-                rec.status = "pending"
-                rec.closed_ms = None
+            else:
+                if rec.status != "pending":
+                    rec.status = "pending"
+                    rec.closed_ms = None
+                if rec.first_delivery_ms is None:  # a segment restarted between runs
+                    rec.first_delivery_ms = nack.delivery_time
             rec.deliveries += 1
             rec.owners.add(to_consumer.name)
             rec.last_delivery_ms = nack.delivery_time
@@ -473,8 +495,11 @@ class Replayer:
             rec.status = status
             rec.closed_ms = call.now
             rec.delivery_count = nack.delivery_count
+            if self.spill_closed_records:
+                del group.records[entry_id]
+                self._segment_n += 1
+                self._segments.append(segment_row(db, key, group, entry_id, rec, self._segment_n))
         if self.record_changes:
-            db = call.db if db is None else db
             if status is None:
                 stream = self.keys.get((db, key))
                 exists = isinstance(stream, Stream) and entry_id in stream.entries
@@ -503,6 +528,40 @@ class Replayer:
         """The ``ownership_changes`` rows recorded since the last call."""
         rows, self._changes = self._changes, []
         return rows
+
+    def drain_delivery_segments(self) -> list[Row]:
+        """Spilling: the delivery segments closed since the last call (the open ones are
+        part of ``snapshot``)."""
+        rows, self._segments = self._segments, []
+        return rows
+
+    def drain_group_incarnations(self) -> list[Row]:
+        """Spilling: the group incarnations that ended since the last call (the live ones
+        are part of ``snapshot``)."""
+        rows, self._incarnations = self._incarnations, []
+        return rows
+
+    def restart_open_records(self) -> None:
+        """Spilling, once ``snapshot`` gave the open records as segments and the model is
+        saved to continue later: each open record starts a new, empty segment, so that
+        the next run's segments hold only what happens after this point."""
+        self._segment_n += 1
+        for value in self.keys.values():
+            if isinstance(value, Stream):
+                for group in value.groups.values():
+                    for rec in group.records.values():
+                        rec.deliveries = 0
+                        rec.owners = set()
+                        rec.first_delivery_ms = None
+                        rec.last_delivery_ms = None
+
+    def record_count(self) -> int:
+        """How many delivery records the model holds (closed ones kept included)."""
+        held = len(self._closed)
+        for value in self.keys.values():
+            if isinstance(value, Stream):
+                held += sum(len(group.records) for group in value.groups.values())
+        return held
 
     # -- pel_history -----------------------------------------------------------
     #
@@ -591,7 +650,11 @@ class Replayer:
     def snapshot(self, as_of_ms: int, as_of_seq: int) -> dict[str, list[Row]]:
         """All state tables (pel, ownership, delivery_counts, groups, streams) as rows,
         and the open versions of ``pel_history`` (the closed ones are drained with
-        ``drain_pel_history``)."""
+        ``drain_pel_history``).
+
+        Spilling: ``delivery_counts`` is empty; ``delivery_segments`` holds the open
+        records and ``group_incarnations`` the live groups (merge them with what was
+        drained: ``pelengine.model.delivery.merge_delivery_segments``)."""
         tables: dict[str, list[Row]] = {
             "pel": [],
             "ownership": [],
@@ -600,6 +663,10 @@ class Replayer:
             "streams": [],
             "pel_history": [],
         }
+        spill = self.spill_closed_records
+        if spill:
+            tables["delivery_segments"] = []
+            tables["group_incarnations"] = []
         as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
         active = self.profile.active_time
         for db, key, stream in self.streams():
@@ -679,12 +746,22 @@ class Replayer:
                             **as_of,
                         }
                     )
+                if spill:
+                    open_n = self._segment_n + 1  # after every closed segment
+                    for entry_id, rec in group.records.items():
+                        tables["delivery_segments"].append(
+                            segment_row(db, key, group, entry_id, rec, open_n)
+                        )
+                    tables["group_incarnations"].append(incarnation_row(db, key, group))
+                    continue
                 for entry_id, rec in group.records.items():
                     tables["delivery_counts"].append(
-                        _record_row(db, key, group.name, entry_id, rec, as_of)
+                        _record_row(db, key, group.name, group.created_seq, entry_id, rec, as_of)
                     )
-        for db, key, group_name, entry_id, rec in self._closed:
-            tables["delivery_counts"].append(_record_row(db, key, group_name, entry_id, rec, as_of))
+        for db, key, group_name, created, entry_id, rec in self._closed:
+            tables["delivery_counts"].append(
+                _record_row(db, key, group_name, created, entry_id, rec, as_of)
+            )
         return tables
 
 
@@ -724,19 +801,20 @@ def _version_row(
 
 
 def _record_row(
-    db: int, key: str, group: str, entry_id: StreamID, rec: DeliveryRecord, as_of: dict[str, int]
+    db: int,
+    key: str,
+    group: str,
+    created_seq: int,
+    entry_id: StreamID,
+    rec: DeliveryRecord,
+    as_of: dict[str, int],
 ) -> Row:
     return {
         "db": db,
         "key": key,
         "group": group,
         **id_columns(entry_id),
-        "delivery_count": rec.delivery_count,
-        "deliveries": rec.deliveries,
-        "owners": len(rec.owners),
-        "first_delivery_ms": rec.first_delivery_ms,
-        "last_delivery_ms": rec.last_delivery_ms,
-        "status": rec.status,
-        "closed_ms": rec.closed_ms,
+        **record_fields(rec),
+        "group_created_seq": created_seq,
         **as_of,
     }

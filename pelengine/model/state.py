@@ -6,8 +6,11 @@ its counters, and its consumer groups. A group holds its last delivered ID, its
 its consumers; each consumer indexes the same pending entries by owner.
 
 Beyond what Redis keeps, a group also keeps one ``DeliveryRecord`` per entry ID
-it ever delivered: the history behind the ``delivery_counts`` table; and each
-pending entry its open ``PelVersion``: the current row of ``pel_history``.
+it ever delivered: the history behind the ``delivery_counts`` table (a replayer
+that spills closed records keeps only those of pending entries, see
+``Replayer``); and each pending entry its open ``PelVersion``: the current row of
+``pel_history``. A group knows the ``seq`` of the command that created it: what
+tells one incarnation of a group name from the next after a destroy or a delete.
 """
 
 from __future__ import annotations
@@ -67,13 +70,19 @@ class Consumer:
 
 @dataclass
 class DeliveryRecord:
-    """The life of one entry ID in one group: the row of ``delivery_counts``."""
+    """The life of one entry ID in one group: the row of ``delivery_counts``.
+
+    With spilling (see ``Replayer``) it is one segment of that life: from a delivery
+    of the entry while it was not pending (or from the start of a run, for an entry
+    already pending: then without deliveries so far, ``first``/``last_delivery_ms``
+    None) to the moment it left the PEL.
+    """
 
     delivery_count: int
     deliveries: int
     owners: set[str]
-    first_delivery_ms: int
-    last_delivery_ms: int
+    first_delivery_ms: int | None
+    last_delivery_ms: int | None
     status: str = "pending"
     closed_ms: int | None = None
 
@@ -81,12 +90,16 @@ class DeliveryRecord:
 class Group:
     """A consumer group: last delivered ID, read counter, PEL and consumers."""
 
-    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "records")
+    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "records", "created_seq")
 
-    def __init__(self, name: str, last_id: StreamID, entries_read: int) -> None:
+    def __init__(
+        self, name: str, last_id: StreamID, entries_read: int, created_seq: int = 0
+    ) -> None:
         self.name = name
         self.last_id = last_id
         self.entries_read = entries_read
+        # the seq of the XGROUP CREATE that made this group (its incarnation)
+        self.created_seq = created_seq
         self.pel: SortedDict = SortedDict()
         self.consumers: dict[str, Consumer] = {}
         self.records: dict[StreamID, DeliveryRecord] = {}

@@ -61,6 +61,9 @@ _COLUMN_TYPES: dict[str, DataType] = {
     "last_delivery_ms": _L,
     "status": _S,
     "closed_ms": _L,
+    "owner_names": ArrayType(_S, True),
+    "group_created_seq": _L,
+    "segment_n": _L,
     "last_delivered_id": _S,
     "entries_read": _L,
     "lag": _L,
@@ -137,6 +140,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "last_delivery_ms",
         "status",
         "closed_ms",
+        "owner_names",
+        "group_created_seq",
         "as_of_ms",
         "as_of_seq",
     ),
@@ -196,6 +201,9 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
 }
 STATE_TABLES = ("pel", "ownership", "delivery_counts", "groups", "streams")
+# What the replay emits for delivery_counts (see pelengine.model.delivery): segments of
+# delivery records and the final place of each group incarnation, merged by the pipeline.
+SEGMENT_TABLES = ("delivery_segments", "group_incarnations")
 OUTPUT_TABLES = (*STATE_TABLES, "ownership_changes", "pel_history")
 
 # Outcome rows: how many commands of a kind a replay applied, ignored or failed.

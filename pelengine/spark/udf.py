@@ -147,9 +147,14 @@ def make_replay_function(
     ``mark_n``/``mark_x`` are the same over the rows with ``seq <= mark_seq`` only.
 
     Input batches hold the family's events in ``seq`` order; output rows are
-    the ``ownership_changes`` and closed ``pel_history`` versions as they happen,
-    then the final state tables (with the open ``pel_history`` versions) and the
-    outcome counters, all in the wide ``REPLAY_OUTPUT_SCHEMA``.
+    the ``ownership_changes``, closed ``pel_history`` versions, closed delivery
+    segments, ended group incarnations and fan-out outcomes as they happen (drained
+    after every input batch), then the final state tables (with the open
+    ``pel_history`` versions, open delivery segments and live incarnations) and the
+    outcome counters, all in the wide ``REPLAY_OUTPUT_SCHEMA``. The model spills
+    closed delivery records (``spill_closed_records``): what it holds follows the
+    PEL and the stream, not the history; the pipeline merges the segments into
+    ``delivery_counts``.
     """
     schema = _arrow_schema(REPLAY_OUTPUT_SCHEMA)
     as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
@@ -165,11 +170,16 @@ def make_replay_function(
         key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
     ) -> Iterator[pa.RecordBatch]:
         replayer = Replayer(
-            profile, node_max_entries=node_max_entries, node_max_bytes=node_max_bytes
+            profile,
+            node_max_entries=node_max_entries,
+            node_max_bytes=node_max_bytes,
+            spill_closed_records=True,
         )
         family = f"db={key[0].as_py()} family={key[1].as_py()!r}"
         last_seq: int | None = None
+        # outcomes of fan-out events: rows drained per batch, counts kept for the stats
         fanout_outcomes: list[dict[str, Any]] = []
+        fanout_counts: dict[tuple[str, str | None], int] = {}
         agg_n, agg_x, mark_n, mark_x = 0, 0, 0, 0
         seeded = False
         for batch in batches:
@@ -224,6 +234,8 @@ def make_replay_function(
                     ) from exc
                 if fanout:
                     replayer.counters.commands[command_name(argv)] -= 1
+                    kind_error = (outcome.kind, outcome.error)
+                    fanout_counts[kind_error] = fanout_counts.get(kind_error, 0) + 1
                     fanout_outcomes.append(
                         {
                             "seq": seq,
@@ -241,11 +253,16 @@ def make_replay_function(
             for row in versions:
                 row.update(as_of)
             yield from emit("pel_history", versions)
+            yield from emit("delivery_segments", replayer.drain_delivery_segments())
+            yield from emit("group_incarnations", replayer.drain_group_incarnations())
+            yield from emit("outcome", fanout_outcomes)
+            fanout_outcomes = []
         for table, rows in replayer.snapshot(as_of_ms, as_of_seq).items():
             yield from emit(table, rows)
-        yield from emit("outcome", fanout_outcomes)
-        yield from emit("stats", _stat_rows(replayer, fanout_outcomes))
+        yield from emit("stats", _stat_rows(replayer, fanout_counts))
         if keep_state:
+            # the open records were emitted as segments: the saved model counts anew
+            replayer.restart_open_records()
             yield from emit(
                 "state",
                 [
@@ -265,7 +282,13 @@ def make_replay_function(
     return replay
 
 
-STATE_FORMAT = 1
+# 2: the model spills closed delivery records (it holds only those of pending entries;
+# delivery_counts continues from the previous table)
+STATE_FORMAT = 2
+
+
+class StateFormatError(ValueError):
+    """A saved family model written by another version of pelengine."""
 
 
 def dump_state(replayer: Replayer, agg_n: int, agg_x: int) -> bytes:
@@ -277,7 +300,11 @@ def load_state(blob: bytes) -> tuple[Replayer, int, int]:
     """The Replayer saved by :func:`dump_state`, with this run's counters zeroed."""
     fmt, replayer, agg_n, agg_x = pickle.loads(zlib.decompress(blob))
     if fmt != STATE_FORMAT:
-        raise ValueError(f"saved state format {fmt}, this version reads {STATE_FORMAT}")
+        raise StateFormatError(
+            f"a saved family model has state format {fmt}, this version of pelengine reads "
+            f"format {STATE_FORMAT}: rebuild from the full history (write to a new --out, "
+            "or remove the output directory)"
+        )
     replayer.reset_counters()
     return replayer, agg_n, agg_x
 
@@ -290,7 +317,9 @@ def row_digest(
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
 
 
-def _stat_rows(replayer: Replayer, fanout: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _stat_rows(
+    replayer: Replayer, fanout: dict[tuple[str, str | None], int]
+) -> list[dict[str, Any]]:
     """Counters of the non-fan-out commands this replay applied, per command and outcome."""
     # Fan-out commands are counted once per event by the pipeline, from "outcome" rows.
     # The replayer's per-kind counters include them, so they are subtracted here.
@@ -300,13 +329,12 @@ def _stat_rows(replayer: Replayer, fanout: list[dict[str, Any]]) -> list[dict[st
             counts[(name, "seen", None)] = count
     c = replayer.counters
     totals = {"applied": c.applied, "ignored": c.ignored}
-    for row in fanout:
-        if row["stat_kind"] in totals:
-            totals[row["stat_kind"]] -= 1
     errors = dict(c.errors)
-    for row in fanout:
-        if row["stat_kind"] == "error":
-            errors[row["stat_error"]] -= 1
+    for (kind, error), n in fanout.items():
+        if kind in totals:
+            totals[kind] -= n
+        elif kind == "error" and error is not None:
+            errors[error] -= n
     for kind, count in totals.items():
         if count:
             counts[("*", kind, None)] = count

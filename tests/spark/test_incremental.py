@@ -180,3 +180,85 @@ def test_family_map_keeps_saved_names_and_merges_tied_families(spark: SparkSessi
         "q": "m",
     }
     assert renamed == {(0, "c"): "a", (0, "p"): "m"}
+
+
+def test_entries_closed_on_an_earlier_night_continue_their_row(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """delivery_counts continues from the previous table: 1-1, acked on night 1, is
+    delivered again on night 2 (SETID back) after its key was renamed, and FORCE-claimed
+    on night 3 before its group is destroyed and re-created. Night 2 stops after writing
+    delivery_counts (as if killed) and the events grow before the run that completes it:
+    that run must continue from night 1's rows, not from the interrupted run's."""
+    nights = [
+        [
+            ["XADD", "s", "1-1", "f", "v"],
+            ["XADD", "s", "2-1", "f", "v"],
+            ["XGROUP", "CREATE", "s", "g", "0"],
+            ["XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", ">"],
+            ["XACK", "s", "g", "1-1"],
+            ["XADD", "other", "1-1", "f", "v"],
+            ["XGROUP", "CREATE", "other", "h", "0"],
+            ["XREADGROUP", "GROUP", "h", "z", "STREAMS", "other", ">"],
+        ],
+        [
+            ["XGROUP", "SETID", "s", "g", "0"],
+            ["RENAME", "s", "t"],
+            ["XREADGROUP", "GROUP", "g", "b", "COUNT", "1", "STREAMS", "t", ">"],
+            ["XACK", "t", "g", "1-1"],
+        ],
+        [
+            ["XCLAIM", "t", "g", "c", "0", "1-1", "FORCE"],
+            ["XGROUP", "DESTROY", "t", "g"],
+            ["XGROUP", "CREATE", "t", "g", "0"],
+            ["XREADGROUP", "GROUP", "g", "d", "STREAMS", "t", ">"],
+        ],
+    ]
+    rows, seq = [], 0
+    for night in nights:
+        batch = []
+        for argv in night:
+            seq += 1
+            batch.append({"seq": seq, "ts_ms": 1000 + seq, "argv": argv, "db": 0, "source": "t"})
+        rows.append(batch)
+    events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
+    options = ReconstructOptions(incremental=True)
+
+    def append(batch: list[dict[str, Any]]) -> None:
+        mode = "overwrite" if table_version(spark, str(events)) is None else "append"
+        write_table(spark.createDataFrame(batch, EVENTS_SCHEMA), str(events), mode)
+
+    class KilledError(Exception):
+        pass
+
+    def kill_before_groups(message: str) -> None:
+        if message == "writing groups":
+            raise KilledError
+
+    append(rows[0])
+    run_reconstruct(spark, str(events), str(inc), options)
+    append(rows[1])
+    with pytest.raises(KilledError):
+        run_reconstruct(spark, str(events), str(inc), options, kill_before_groups)
+    append(rows[2])
+    report = run_reconstruct(spark, str(events), str(inc), options)
+    assert report["incremental"]["mode"] == "incremental"
+    got = {
+        (r["key"], r["group_created_seq"], r["id"]): (
+            r["status"],
+            r["deliveries"],
+            r["owner_names"],
+            r["first_delivery_ms"],
+            r["last_delivery_ms"],
+        )
+        for r in read_table(spark, str(inc / "delivery_counts")).collect()
+    }
+    assert got == {  # by hand
+        ("t", 3, "1-1"): ("group_destroyed", 3, ["a", "b", "c"], 1004, 1013),
+        ("t", 3, "2-1"): ("group_destroyed", 1, ["a"], 1004, 1004),
+        ("t", 15, "1-1"): ("pending", 1, ["d"], 1016, 1016),
+        ("t", 15, "2-1"): ("pending", 1, ["d"], 1016, 1016),
+        ("other", 7, "1-1"): ("pending", 1, ["z"], 1008, 1008),
+    }
+    run_reconstruct(spark, str(events), str(full), ReconstructOptions())
+    assert_tables_equal(spark, inc, full)

@@ -1,0 +1,287 @@
+"""Spilled delivery records: memory follows the PEL, and merging the segments gives
+exactly the ``delivery_counts`` rows of a replay that keeps every record.
+
+The reference is the default replayer (every ``DeliveryRecord`` kept, rows from
+``snapshot``); the replayer under test spills (``spill_closed_records=True``) and
+its segments and group incarnations are merged by ``merge_delivery_segments``.
+Logs: generated ones with disruption mixed in (RENAME, DEL, FLUSHDB, GROUP
+DESTROY, DELCONSUMER, '~' trims; the generator's own SETIDs back, FORCE claims,
+destroys and re-creations), every table-driven scenario, and a hand-written life
+of one entry through each way of being delivered again after it closed.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+from typing import Any
+
+import pytest
+
+from pelengine.model import Replayer
+from pelengine.model.delivery import merge_delivery_segments, prior_segment
+from tests.model._support import S, check_outcomes
+from tests.model.test_pel_history import _log
+from tests.model.test_scenarios import SHARED, VERSIONED
+
+Row = dict[str, Any]
+Step = tuple[int, int, list[str], int, str | None]  # seq, ts, argv, db, client
+
+
+def _steps_of_log(rows: list[Row]) -> list[Step]:
+    return [(r["seq"], r["ts_ms"], r["argv"], r["db"] or 0, r["client"]) for r in rows]
+
+
+def _steps_of_scenario(steps: list[S]) -> list[Step]:
+    return [(n, s.ts, s.argv, s.db, s.client) for n, s in enumerate(steps, start=1)]
+
+
+def _key(row: Row) -> tuple[Any, ...]:
+    return tuple(sorted((k, repr(v)) for k, v in row.items()))
+
+
+def _sorted(rows: list[Row]) -> list[Row]:
+    return sorted(rows, key=_key)
+
+
+def _full(profile: str, steps: list[Step]) -> list[Row]:
+    r = Replayer(profile)
+    for seq, ts, argv, db, client in steps:
+        r.apply(seq, ts, argv, db, client)
+    last = steps[-1]
+    return _sorted(r.snapshot(last[1], last[0])["delivery_counts"])
+
+
+def _spilled(
+    profile: str, steps: list[Step], drain_every: int = 1
+) -> tuple[list[Row], list[Row], Replayer]:
+    """Replay with spilling; returns (segments, incarnations, replayer) with the open
+    segments and live incarnations of the final snapshot included."""
+    r = Replayer(profile, spill_closed_records=True)
+    segments: list[Row] = []
+    incarnations: list[Row] = []
+    for n, (seq, ts, argv, db, client) in enumerate(steps, start=1):
+        r.apply(seq, ts, argv, db, client)
+        if n % drain_every == 0:
+            segments += r.drain_delivery_segments()
+            incarnations += r.drain_group_incarnations()
+        assert r.record_count() == _pel_size(r), f"after seq {seq}: records beyond the PEL"
+    segments += r.drain_delivery_segments()
+    incarnations += r.drain_group_incarnations()
+    last = steps[-1]
+    snap = r.snapshot(last[1], last[0])
+    assert snap["delivery_counts"] == []
+    return segments + snap["delivery_segments"], incarnations + snap["group_incarnations"], r
+
+
+def _pel_size(r: Replayer) -> int:
+    return sum(len(g.pel) for _, _, s in r.streams() for g in s.groups.values())
+
+
+def _merged(profile: str, steps: list[Step], drain_every: int = 1) -> list[Row]:
+    segments, incarnations, _ = _spilled(profile, steps, drain_every)
+    last = steps[-1]
+    return _sorted(
+        merge_delivery_segments(segments, incarnations, {"as_of_ms": last[1], "as_of_seq": last[0]})
+    )
+
+
+def _reopened(segments: list[Row]) -> int:
+    """Entries with more than one segment (delivered again after they closed)."""
+    seen: dict[tuple[Any, ...], int] = {}
+    for s in segments:
+        k = (s["db"], s["group"], s["group_created_seq"], s["id"])
+        seen[k] = seen.get(k, 0) + 1
+    return sum(1 for n in seen.values() if n > 1)
+
+
+# ---- (a) memory: O(PEL) records ----------------------------------------------------------
+
+
+def _hot_stream(cycles: int, *, spill: bool) -> Replayer:
+    """One stream trimmed to 50 entries; each cycle adds 4 entries, reads them and acks
+    3 (one in ten stays pending a while, acked 40 cycles later)."""
+    r = Replayer("7.0", spill_closed_records=spill)
+    seq = 0
+
+    def do(*argv: str) -> None:
+        nonlocal seq
+        seq += 1
+        out = r.apply(seq, 1_000 + seq, list(argv))
+        assert out.kind == "applied", (argv, out)
+
+    do("XGROUP", "CREATE", "hot", "g", "$", "MKSTREAM")
+    late: list[tuple[int, str]] = []
+    for c in range(cycles):
+        ids = [f"{c + 1}-{i}" for i in range(4)]
+        for entry_id in ids:
+            do("XADD", "hot", "MAXLEN", "50", entry_id, "f", "v")
+        do("XREADGROUP", "GROUP", "g", f"w{c % 3}", "COUNT", "4", "STREAMS", "hot", ">")
+        do("XACK", "hot", "g", *ids[:3])
+        if c % 10:
+            do("XACK", "hot", "g", ids[3])
+        else:
+            late.append((c + 40, ids[3]))
+        while late and late[0][0] <= c:
+            do("XACK", "hot", "g", late.pop(0)[1])
+        r.drain_changes()
+        r.drain_pel_history()
+        if spill:
+            r.drain_delivery_segments()
+            r.drain_group_incarnations()
+    return r
+
+
+def test_spilling_model_holds_only_pending_records() -> None:
+    small, large = _hot_stream(100, spill=True), _hot_stream(1000, spill=True)
+    for r in (small, large):
+        assert r.record_count() == _pel_size(r) <= 5
+    keeper = _hot_stream(1000, spill=False)
+    assert keeper.record_count() == 4000  # every entry ever delivered: the history
+    # the saved model (incremental runs) does not grow with the history either
+    size_small, size_large = len(pickle.dumps(small)), len(pickle.dumps(large))
+    assert size_large < size_small * 1.2, (size_small, size_large)
+    assert len(pickle.dumps(keeper)) > 10 * size_large
+
+
+# ---- (b) merged segments == the full replay's rows ---------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["7.0", "7.4"])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_merged_segments_equal_full_records_on_generated_logs(profile: str, seed: int) -> None:
+    steps = _steps_of_log(_log(seed, 2500))
+    want = _full(profile, steps)
+    segments, incarnations, _ = _spilled(profile, steps, drain_every=97)
+    last = steps[-1]
+    got = _sorted(
+        merge_delivery_segments(segments, incarnations, {"as_of_ms": last[1], "as_of_seq": last[0]})
+    )
+    assert len(want) > 100
+    assert got == want
+    statuses = {r["status"] for r in want}
+    assert {"pending", "acked"} <= statuses and len(statuses) >= 4, statuses
+
+
+def test_generated_logs_deliver_closed_entries_again() -> None:
+    """The logs above are not too kind: entries come back after they closed, groups
+    come back after a destroy, keys are renamed with their history."""
+    reopened = incarnations = renamed = 0
+    for seed in (1, 2, 3, 4):
+        steps = _steps_of_log(_log(seed, 2500))
+        segments, incs, _ = _spilled("7.0", steps)
+        reopened += _reopened(segments)
+        names = {(i["db"], i["group"]) for i in incs}
+        incarnations += len(incs) - len(names)
+        final = {(i["db"], i["group"], i["group_created_seq"]): i["key"] for i in incs}
+        renamed += sum(
+            1 for s in segments if final[(s["db"], s["group"], s["group_created_seq"])] != s["key"]
+        )
+    assert reopened > 0 and incarnations > 0 and renamed > 0, (reopened, incarnations, renamed)
+
+
+@pytest.mark.parametrize(
+    "scenario",
+    [(s, p) for s in SHARED for p in ("7.0", "7.4")] + [(s, s.profile) for s in VERSIONED],
+    ids=[f"{s.name}-{p}" for s in SHARED for p in ("7.0", "7.4")] + [s.name for s in VERSIONED],
+)
+def test_merged_segments_equal_full_records_on_scenarios(scenario: tuple[Any, str]) -> None:
+    sc, profile = scenario
+    steps = _steps_of_scenario(sc.steps)
+    assert _merged(profile, steps) == _full(profile, steps)
+
+
+# One entry, 1-0, delivered again after it closed in every way there is; seq = position.
+LIFE = [
+    S(1000, "XADD s 1-0 f v"),
+    S(1000, "XADD s 2-0 f v"),
+    S(1000, "XGROUP CREATE s g 0"),  # seq 3: incarnation 3
+    S(1001, "XREADGROUP GROUP g a COUNT 1 STREAMS s >"),
+    S(1002, "XACK s g 1-0"),  # closed: acked
+    S(1003, "XGROUP SETID s g 0"),
+    S(1004, "XREADGROUP GROUP g b COUNT 1 STREAMS s >"),  # again, to b
+    S(1005, "XCLAIM s g c 0 1-0"),  # claimed by c (3 owners now)
+    S(1006, "XACK s g 1-0"),
+    S(1007, "XCLAIM s g a 0 1-0 FORCE"),  # FORCE: pending again, for a
+    S(1008, "XGROUP DELCONSUMER s g a"),  # closed: consumer_deleted
+    S(1009, "XCLAIM s g d 0 1-0 FORCE JUSTID"),
+    S(1010, "RENAME s t"),  # the incarnation moves, closed records with it
+    S(1011, "XACK t g 1-0"),
+    S(1012, "XGROUP DESTROY t g"),  # incarnation 3 ends under t
+    S(1013, "XGROUP CREATE t g 0"),  # seq 16: incarnation 16, rows apart
+    S(1014, "XREADGROUP GROUP g e COUNT 1 STREAMS t >"),
+    S(1015, "DEL t"),  # closed: key_deleted
+    S(1016, "XADD t 1-0 f v"),
+    S(1017, "XGROUP CREATE t g 0"),  # seq 20: incarnation 20
+    S(1018, "XREADGROUP GROUP g f COUNT 1 STREAMS t >"),  # still pending at the end
+]
+
+
+def test_one_entry_delivered_again_in_every_way() -> None:
+    r = Replayer("7.0")
+    outcomes = []
+    for n, s in enumerate(LIFE, start=1):
+        out = r.apply(n, s.ts, s.argv)
+        outcomes.append((out.kind, out.error))
+    check_outcomes(LIFE, outcomes)
+    steps = _steps_of_scenario(LIFE)
+    got = _merged("7.0", steps)
+    assert got == _full("7.0", steps)
+    # by hand: (key, created, status, deliveries, owners, first, last, count, closed)
+    facts = sorted(
+        (
+            r["key"],
+            r["group_created_seq"],
+            r["status"],
+            r["deliveries"],
+            r["owner_names"],
+            r["first_delivery_ms"],
+            r["last_delivery_ms"],
+            r["delivery_count"],
+            r["closed_ms"],
+        )
+        for r in got
+        if r["id"] == "1-0"
+    )
+    assert facts == [
+        # acked last (seq 14, under t) before its group was destroyed: stays acked; FORCE
+        # JUSTID made a fresh count of 1
+        ("t", 3, "acked", 5, ["a", "b", "c", "d"], 1001, 1009, 1, 1011),
+        ("t", 16, "key_deleted", 1, ["e"], 1014, 1014, 1, 1015),
+        ("t", 20, "pending", 1, ["f"], 1018, 1018, 1, None),
+    ]
+
+
+# ---- incremental: segments restarted between runs, merged with the earlier rows ----------
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_runs_continuing_a_saved_model_merge_to_the_full_rows(seed: int) -> None:
+    """Like ``--incremental`` nights: each run ends with a snapshot, the model restarts its
+    open segments and is saved (pickled); the next run's segments are merged with the
+    previous run's rows (as the first segment of each entry)."""
+    steps = _steps_of_log(_log(seed, 2500))
+    rnd = random.Random(seed)
+    cuts = sorted(rnd.sample(range(1, len(steps)), 5)) + [len(steps)]
+    model = Replayer("7.0", spill_closed_records=True)
+    rows: list[Row] = []
+    start = 0
+    for cut in cuts:
+        segments: list[Row] = []
+        incarnations: list[Row] = []
+        for seq, ts, argv, db, client in steps[start:cut]:
+            model.apply(seq, ts, argv, db, client)
+            segments += model.drain_delivery_segments()
+            incarnations += model.drain_group_incarnations()
+        start = cut
+        last = steps[cut - 1]
+        snap = model.snapshot(last[1], last[0])
+        prior = [prior_segment(row) for row in rows]
+        rows = merge_delivery_segments(
+            prior + segments + snap["delivery_segments"],
+            incarnations + snap["group_incarnations"],
+            {"as_of_ms": last[1], "as_of_seq": last[0]},
+        )
+        model.restart_open_records()
+        model = pickle.loads(pickle.dumps(model))
+    assert _sorted(rows) == _full("7.0", steps)
