@@ -291,6 +291,13 @@ def run_one(spark: Any, n_events: int, work: str, args: argparse.Namespace) -> d
     replay_pid = max(during, key=lambda p: during[p].get("cpu_s", 0), default=None)
     replay = sampler.procs.get(replay_pid, {}) if replay_pid is not None else {}
     replay_series = sampler.series.get(replay_pid, []) if replay_pid is not None else []
+    # events consumed, estimated from the MB read (the input is read as it is replayed)
+    top_read = max((r for _, _, r in replay_series), default=0.0) or 1.0
+    step = max(1, len(replay_series) // 20)
+    rss_vs_events = [
+        {"t": t_, "rss_mb": rss, "events_est": int(n_rows * r / top_read)}
+        for t_, rss, r in replay_series[::step] + replay_series[-1:]
+    ]
     rows = report["output"]["rows"]
     pel = read_table(spark, os.path.join(out, "pel"))
     from pyspark.sql import functions as F
@@ -308,6 +315,7 @@ def run_one(spark: Any, n_events: int, work: str, args: argparse.Namespace) -> d
         "replay_worker": {"pid": replay_pid, **replay},
         # (t, RSS MB, MB read from the JVM: grows with the events consumed)
         "replay_worker_rss": replay_series,
+        "replay_worker_rss_vs_events": rss_vs_events,
         "peak_worker_rss_mb": peak["max_worker_rss_mb"] if peak else None,
         "peak_worker_rss_at_s": peak["t"] if peak else None,
         "peak_sum_worker_rss_mb": max((s["sum_worker_rss_mb"] for s in samples), default=None),
