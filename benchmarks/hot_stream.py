@@ -5,10 +5,15 @@ Builds ONE stream of ``--events`` events (default 20,000,000) with Spark SQL fro
 the events table, and runs the reconstruct job (``run_reconstruct``, driver
 settings from ``--conf``, default conf/bench.yaml) while a sampler records,
 every ``--interval`` s (0.5), the RSS of every Python process under the JVM
-(the UDF workers: the whole replay of the stream runs in one of them) and of
-the JVM. Writes peak worker RSS, the RSS over time (with the job's progress
-lines as markers), the final PEL and the history sizes (``delivery_counts``,
-``ownership_changes``, ``pel_history`` rows) to ``--json`` (default
+(the UDF workers: the whole replay of the stream runs in one task, in one of
+them; with the embedded Delta source, reads and writes run in such workers too)
+and of the JVM. Python worker reuse is off unless ``--reuse-workers``: each
+task gets its own process, so the replay worker's RSS is the replay's alone.
+Writes the replay worker's peak RSS and its RSS over time (against the MB it
+read from the JVM, which grows with the events it consumed), the peak of any
+worker, every sample (with the job's progress lines as markers), the final PEL
+and the history sizes (``delivery_counts``, ``ownership_changes``,
+``pel_history`` rows) to ``--json`` (default
 benchmarks/results/hot-stream-<N>-<ts>.json). ``--series 1M,5M,20M`` runs
 several sizes one after the other in one session (RSS against history).
 
@@ -162,7 +167,8 @@ def hot_stream_events(spark: Any, n_events: int, args: argparse.Namespace) -> An
 
 class RssSampler:
     """Every ``interval`` s: the RSS of each Python process under the JVM(s) started by
-    this driver, and of the JVM."""
+    this driver, and of the JVM; per process also its peak, CPU time and bytes read
+    (``read_chars``: what it received, from the JVM's socket for a UDF worker)."""
 
     def __init__(self, interval: float) -> None:
         import psutil
@@ -171,6 +177,9 @@ class RssSampler:
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
         self.marks: list[tuple[float, str]] = []
+        # pid -> first/last seen, peak RSS, CPU seconds, MB read; and its RSS over time
+        self.procs: dict[int, dict[str, Any]] = {}
+        self.series: dict[int, list[tuple[float, float, float]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.t0 = time.monotonic()
@@ -185,24 +194,41 @@ class RssSampler:
     def _run(self) -> None:
         ps = self.psutil
         while not self._stop.wait(self.interval):
+            now = round(time.monotonic() - self.t0, 2)
             workers: list[tuple[int, int, int]] = []
             jvm_rss = 0
             for jvm in self._jvms():
                 try:
                     jvm_rss += jvm.memory_info().rss
-                    for child in jvm.children(recursive=True):
-                        if "python" not in child.name():
-                            continue
-                        io = child.io_counters() if hasattr(child, "io_counters") else None
-                        workers.append(
-                            (child.pid, child.memory_info().rss, io.read_chars if io else 0)
-                        )
+                    children = jvm.children(recursive=True)
                 except (ps.NoSuchProcess, ps.AccessDenied):
                     continue
+                for child in children:
+                    try:
+                        if "python" not in child.name():
+                            continue
+                        rss = child.memory_info().rss
+                        io = child.io_counters() if hasattr(child, "io_counters") else None
+                        cpu = child.cpu_times()
+                        cmd = " ".join(child.cmdline()[1:4])
+                    except (ps.NoSuchProcess, ps.AccessDenied):
+                        continue
+                    read = io.read_chars if io else 0
+                    workers.append((child.pid, rss, read))
+                    info = self.procs.setdefault(
+                        child.pid, {"first_t": now, "peak_rss_mb": 0.0, "cmd": cmd}
+                    )
+                    info["last_t"] = now
+                    info["peak_rss_mb"] = max(info["peak_rss_mb"], round(rss / 2**20, 1))
+                    info["cpu_s"] = round(cpu.user + cpu.system, 1)
+                    info["read_mb"] = round(read / 2**20, 1)
+                    self.series.setdefault(child.pid, []).append(
+                        (now, round(rss / 2**20, 1), round(read / 2**20, 1))
+                    )
             top = max(workers, key=lambda w: w[1], default=(None, 0, 0))
             self.samples.append(
                 {
-                    "t": round(time.monotonic() - self.t0, 2),
+                    "t": now,
                     "workers": len(workers),
                     "max_worker_rss_mb": round(top[1] / 2**20, 1),
                     "max_worker_pid": top[0],
@@ -252,6 +278,26 @@ def run_one(spark: Any, n_events: int, work: str, args: argparse.Namespace) -> d
         took = round(time.monotonic() - t, 1)
     samples = sampler.samples
     peak = max(samples, key=lambda s: s["max_worker_rss_mb"], default=None)
+    # the replay worker: of the processes alive while the replay ran (between the
+    # progress lines "replaying ..." and "writing pel"; the grouped UDF runs the whole
+    # stream in one task), the one that used the most CPU
+    start = next((t for t, m in sampler.marks if m.startswith("replaying")), 0.0)
+    end = next((t for t, m in sampler.marks if m.startswith("writing pel")), float("inf"))
+    during = {
+        pid: info
+        for pid, info in sampler.procs.items()
+        if info["first_t"] <= end and info["last_t"] >= start
+    }
+    replay_pid = max(during, key=lambda p: during[p].get("cpu_s", 0), default=None)
+    replay = sampler.procs.get(replay_pid, {}) if replay_pid is not None else {}
+    replay_series = sampler.series.get(replay_pid, []) if replay_pid is not None else []
+    # events consumed, estimated from the MB read (the input is read as it is replayed)
+    top_read = max((r for _, _, r in replay_series), default=0.0) or 1.0
+    step = max(1, len(replay_series) // 20)
+    rss_vs_events = [
+        {"t": t_, "rss_mb": rss, "events_est": int(n_rows * r / top_read)}
+        for t_, rss, r in replay_series[::step] + replay_series[-1:]
+    ]
     rows = report["output"]["rows"]
     pel = read_table(spark, os.path.join(out, "pel"))
     from pyspark.sql import functions as F
@@ -265,6 +311,11 @@ def run_one(spark: Any, n_events: int, work: str, args: argparse.Namespace) -> d
         "generate_s": generate_s,
         "reconstruct_s": took,
         "timings_s": report.get("timings_s"),
+        "replay_worker_peak_rss_mb": replay.get("peak_rss_mb"),
+        "replay_worker": {"pid": replay_pid, **replay},
+        # (t, RSS MB, MB read from the JVM: grows with the events consumed)
+        "replay_worker_rss": replay_series,
+        "replay_worker_rss_vs_events": rss_vs_events,
         "peak_worker_rss_mb": peak["max_worker_rss_mb"] if peak else None,
         "peak_worker_rss_at_s": peak["t"] if peak else None,
         "peak_sum_worker_rss_mb": max((s["sum_worker_rss_mb"] for s in samples), default=None),
@@ -280,10 +331,12 @@ def run_one(spark: Any, n_events: int, work: str, args: argparse.Namespace) -> d
         "events_by_command": report["events"].get("by_command"),
         "events_failed": report["events"].get("failed"),
         "marks": sampler.marks,
+        "processes": sampler.procs,
         "samples": samples,
     }
     say(
-        f"{label(n_events)}: peak Python worker RSS {figures['peak_worker_rss_mb']} MB, "
+        f"{label(n_events)}: replay worker peak RSS {figures['replay_worker_peak_rss_mb']} MB "
+        f"(any Python worker: {figures['peak_worker_rss_mb']} MB), "
         f"PEL {figures['final_pel']}, delivery_counts {figures['delivery_counts_rows']:,}, "
         f"ownership_changes {figures['ownership_changes_rows']:,}, {took} s"
     )
@@ -307,6 +360,12 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the output tables")
     parser.add_argument("--tag", default="", help="a note stored in the JSON (e.g. 'baseline')")
+    parser.add_argument(
+        "--reuse-workers",
+        action="store_true",
+        help="keep Spark's Python worker reuse (default off here: one process per task, so "
+        "the replay's RSS is not mixed with what earlier tasks left in the same process)",
+    )
     parser.add_argument("--json", default=None, help="default benchmarks/results/hot-stream-...")
     args = parser.parse_args()
     if args.straggler_lag % SLOT_KINDS:
@@ -314,6 +373,8 @@ def main() -> int:
     sizes = [parse_size(s) for s in (args.series or args.events).split(",")]
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from dataclasses import replace
+
     import pelengine
     from pelengine.config import load_config
     from pelengine.session import build_session
@@ -321,7 +382,11 @@ def main() -> int:
     work = args.dir or tempfile.mkdtemp(prefix="pelengine-hot-")
     os.makedirs(work, exist_ok=True)
     t = time.monotonic()
-    spark = build_session(load_config([args.conf] if args.conf else []), print)
+    config = load_config([args.conf] if args.conf else [])
+    if not args.reuse_workers:
+        extra = {**config.spark.conf, "spark.python.worker.reuse": "false"}
+        config = replace(config, spark=replace(config.spark, conf=extra))
+    spark = build_session(config, print)
     result: dict[str, Any] = {
         "tag": args.tag,
         "pelengine": os.path.dirname(pelengine.__file__),
@@ -337,6 +402,7 @@ def main() -> int:
             k: run[k]
             for k in (
                 "events",
+                "replay_worker_peak_rss_mb",
                 "peak_worker_rss_mb",
                 "final_pel",
                 "delivery_counts_rows",

@@ -571,7 +571,8 @@ def merge_delivery_segments(
         F.max_by("last_delivery_ms", ordered_if_set("last_delivery_ms")).alias("last_delivery_ms"),
         F.max_by(F.struct("key", "delivery_count", "status", "closed_ms"), order).alias("_last"),
     )
-    final = incarnations.select(*identity, F.col("key").alias("_final_key"))
+    # one row per group ever created: small next to the segments (no second shuffle)
+    final = F.broadcast(incarnations.select(*identity, F.col("key").alias("_final_key")))
     out = merged.join(final, identity, "left").select(
         "db",
         F.coalesce(F.col("_final_key"), F.col("_last.key")).alias("key"),

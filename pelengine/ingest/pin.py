@@ -103,9 +103,12 @@ def pin_star_ids(
     by the ID the AOF shows the server generated; rows are changed in place."""
     ids = aof_xadd_ids(aof_rows)
     stats = PinStats(aof_ids=sum(len(v) for v in ids.values()))
-    replayer = Replayer(profile, record_changes=False)
+    # only the streams' IDs matter here: closed delivery records are spilled and dropped
+    replayer = Replayer(profile, record_changes=False, spill_closed_records=True)
     prev_ms: int | None = None
     for row in rows:
+        replayer.drain_delivery_segments()
+        replayer.drain_group_incarnations()
         argv = row["argv"]
         ts_ms = row["ts_ms"]
         db = row.get("db") or 0

@@ -11,7 +11,9 @@ and ``rejected_events``) must equal what one full run over the whole table gives
 from __future__ import annotations
 
 import os
+import pickle
 import random
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,11 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from pelengine.generate import generate_events
+from pelengine.incremental import StateMismatchError
 from pelengine.model import Replayer
 from pelengine.pipeline import ReconstructOptions, run_reconstruct
-from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, STATE_TABLE_SCHEMA
+from pelengine.spark.udf import StateFormatError, load_state
 from pelengine.storage import read_table, table_version, write_table
 
 pytestmark = pytest.mark.spark
@@ -262,3 +266,17 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
     }
     run_reconstruct(spark, str(events), str(full), ReconstructOptions())
     assert_tables_equal(spark, inc, full)
+
+    # a state saved by the version before spilling (format 1) is refused, saying what to do
+    rows_now = read_table(spark, str(inc / "_state")).collect()
+    old_run = pickle.dumps((1, {}), protocol=5)
+    old = [r.asDict() | ({"state_blob": old_run} if r["kind"] == "run" else {}) for r in rows_now]
+    write_table(spark.createDataFrame(old, STATE_TABLE_SCHEMA), str(inc / "_state"), "overwrite")
+    with pytest.raises(StateMismatchError, match=r"format 1, .* reads format 2 .*new --out"):
+        run_reconstruct(spark, str(events), str(inc), options)
+
+
+def test_a_family_model_of_another_format_is_refused_clearly() -> None:
+    blob = zlib.compress(pickle.dumps((1, Replayer("7.0"), 0, 0)))
+    with pytest.raises(StateFormatError, match=r"format 1, .* reads format 2: rebuild"):
+        load_state(blob)
