@@ -45,6 +45,14 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class OutputConfig:
+    """Catalog tables instead of paths: `<catalog>.<schema>.<table>` (needs native Delta)."""
+
+    catalog: str | None = None
+    schema: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything the CLI reads from configuration."""
 
@@ -55,6 +63,7 @@ class Config:
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     demo_dir: str = "demo"
     spark: SparkConfig = field(default_factory=SparkConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
     sources: tuple[str, ...] = ()
 
 
@@ -144,6 +153,13 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         log_level=_opt_str(sp, "log_level", "spark.log_level", origin),
         conf={str(k): _conf_value(v) for k, v in conf.items() if v is not None},
     )
+    out = _section(raw, "output", origin)
+    output = OutputConfig(
+        catalog=_opt_str(out, "catalog", "output.catalog", origin) or None,
+        schema=_opt_str(out, "schema", "output.schema", origin) or None,
+    )
+    if output.catalog and not output.schema:
+        raise ConfigError(f"{origin}: 'output.catalog' needs 'output.schema'")
     return Config(
         profile=profile,
         node_max_entries=node_max_entries,
@@ -151,6 +167,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         generate=generate,
         demo_dir=demo_dir,
         spark=spark,
+        output=output,
     )
 
 
