@@ -56,6 +56,16 @@ def test_output_by_path_and_by_name() -> None:
         storage.Output()
 
 
+def test_delta_package_is_the_installed_delta_sparks_coordinate() -> None:
+    """The --packages coordinate in the message (and README) is the one delta-spark's own
+    helper derives for the installed pyspark and delta-spark."""
+    from delta import configure_spark_with_delta_pip
+    from pyspark.sql import SparkSession
+
+    builder = configure_spark_with_delta_pip(SparkSession.Builder())
+    assert builder._options["spark.jars.packages"] == storage.DELTA_PACKAGE
+
+
 # ---- CLI and configuration -----------------------------------------------------------------
 
 
