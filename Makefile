@@ -6,9 +6,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONF   ?= conf/local.yaml
 DEMO   ?= demo
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+WHEEL  := dist/pelengine-$(VERSION)-py3-none-any.whl
+PYZIP  := dist/pelengine-$(VERSION).zip
 
 .DEFAULT_GOAL := help
-.PHONY: help install run notebook test lint typecheck bench bench-incremental bench-hot clean
+.PHONY: help install run notebook test lint typecheck bench bench-incremental bench-hot dist clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
@@ -19,7 +22,7 @@ install: $(STAMP) ## create .venv (python3.11) and install the package with dev 
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[spark,dev]'
 	@touch $(STAMP)
 
 run: install ## generate a demo events table, reconstruct it, print the summary (one Spark session)
@@ -48,6 +51,12 @@ bench-incremental: install ## time an incremental night (1% new) against a full 
 
 bench-hot: install ## Python worker RSS of one hot stream (20M events; BENCH_ARGS="--events 1M" or "--series 1M,5M,20M")
 	$(BIN)/python benchmarks/hot_stream.py $(BENCH_ARGS)
+dist: install ## build the wheel (pip, Databricks) and the same as a .zip (spark-submit --py-files) into dist/
+	rm -rf build dist
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
+	cp $(WHEEL) $(PYZIP)
+	rm -rf build
+	@echo "built $(WHEEL) and $(PYZIP)"
 
 clean: ## remove build, demo and cache outputs (keeps .venv)
 	rm -rf $(DEMO) out build dist *.egg-info spark-warehouse metastore_db derby.log

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from pelengine.config import PROFILES, Config, ConfigError, load_config
 from pelengine.progress import ProgressReporter, spark_status
+from pelengine.storage import NativeDeltaRequiredError, Output
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,8 +87,29 @@ def build_parser() -> argparse.ArgumentParser:
     rec = sub.add_parser(
         "reconstruct", parents=[common], help="replay an events table into the snapshot tables"
     )
-    rec.add_argument("--events", required=True, metavar="PATH", help="events Delta table")
-    rec.add_argument("--out", required=True, metavar="PATH", help="output root for the tables")
+    rec.add_argument(
+        "--events",
+        required=True,
+        metavar="PATH",
+        help="events Delta table: a path, or catalog.schema.table (native Delta)",
+    )
+    rec.add_argument(
+        "--out",
+        metavar="PATH",
+        help="output root for the tables (required unless --schema: then external tables there)",
+    )
+    rec.add_argument(
+        "--catalog",
+        metavar="C",
+        help="write catalog tables C.<schema>.<table> (needs --schema and native Delta; "
+        "default: conf output.catalog; an empty value means unset)",
+    )
+    rec.add_argument(
+        "--schema",
+        metavar="S",
+        help="write catalog tables [<catalog>.]S.<table> (native Delta; "
+        "default: conf output.schema; an empty value means unset)",
+    )
     _add_profile(rec)
     rec.add_argument("--as-of-ms", type=_non_negative_int, metavar="N", help="snapshot time")
     rec.add_argument("--as-of-seq", type=_non_negative_int, metavar="N", help="last seq applied")
@@ -328,9 +350,12 @@ def validate(args: argparse.Namespace) -> None:
             )
         if args.txn_app_id is not None and not args.txn_app_id.strip():
             raise UsageError("--txn-app-id must not be empty")
-        if _is_local(args.events) and not _local_path(args.events).exists():
+        from pelengine.storage import table_ref
+
+        events_is_path = isinstance(table_ref(args.events), str)
+        if events_is_path and _is_local(args.events) and not _local_path(args.events).exists():
             raise UsageError(f"--events {args.events}: no such path")
-        if _is_local(args.out) and _local_path(args.out).is_file():
+        if args.out and _is_local(args.out) and _local_path(args.out).is_file():
             raise UsageError(f"--out {args.out}: a file, not a directory for the tables")
     if args.command == "ingest-monitor" and not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
@@ -385,14 +410,28 @@ def cmd_reconstruct(
         txn_version=args.txn_version,
         incremental=args.incremental,
     )
-    report = run_reconstruct(spark, args.events, args.out, options, progress)
+    output = reconstruct_output(args, conf)
+    report = run_reconstruct(spark, args.events, output, options, progress)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:
         print(format_report(report))
-        where = os.path.join(args.out, "_run_report.json")
-        print(f"tables under {args.out}; this report as JSON: {where}")
+        where = os.path.join(output.root, "_run_report.json") if output.root else None
+        print(
+            f"tables {'written as' if output.by_name else 'under'} {output}; "
+            + (f"this report as JSON: {where}" if where else "this report is not saved")
+        )
     return EXIT_OK
+
+
+def reconstruct_output(args: argparse.Namespace, conf: Config) -> Output:
+    """Where reconstruct writes: --out, --catalog/--schema over conf output.* (empty = unset)."""
+    catalog = args.catalog or conf.output.catalog
+    schema = args.schema or conf.output.schema
+    try:
+        return Output(root=args.out or None, catalog=catalog or None, schema=schema or None)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _sizes(args: argparse.Namespace, conf: Config) -> tuple[int, int, int]:
@@ -646,6 +685,8 @@ def run(
     try:
         validate(args)
         conf = load_config(args.conf)
+        if args.command == "reconstruct":
+            reconstruct_output(args, conf)
     except (UsageError, ConfigError) as exc:
         print(args.usage(), end="", file=sys.stderr)
         print(f"pelengine {args.command}: error: {exc}", file=sys.stderr)
@@ -666,6 +707,9 @@ def run(
     except KeyboardInterrupt:
         print("pelengine: interrupted", file=sys.stderr)
         return 130
+    except NativeDeltaRequiredError as exc:
+        print(f"pelengine {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:
         if not _expected(exc):
             traceback.print_exc(file=sys.stderr)
@@ -723,16 +767,29 @@ def exit_process(code: int) -> NoReturn:
     os._exit(code)
 
 
-def console_main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Entry point of scripts: run, then leave through :func:`exit_process`."""
-    exit_process(run(sys.argv[1:] if argv is None else argv))
+def console_main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of scripts: run, then leave through :func:`exit_process`.
+
+    On Databricks a `python_wheel_task` calls the entry point inside the platform's own
+    Python process, which must survive: there it returns on success and raises SystemExit
+    with the code on failure."""
+    code = run(sys.argv[1:] if argv is None else argv)
+    from pelengine.session import on_databricks
+
+    if on_databricks():
+        if code != EXIT_OK:
+            raise SystemExit(code)
+        return
+    exit_process(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI. With `argv` (tests, callers) returns the exit code; without it
-    (the `pelengine` console script) it leaves the process via :func:`exit_process`."""
+    (the `pelengine` console script) it leaves the process via :func:`exit_process`
+    (on Databricks: see :func:`console_main`)."""
     if argv is None:
         console_main()
+        return EXIT_OK
     return run(argv)
 
 

@@ -62,6 +62,14 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class OutputConfig:
+    """Catalog tables instead of paths: `<catalog>.<schema>.<table>` (needs native Delta)."""
+
+    catalog: str | None = None
+    schema: str | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything the CLI reads from configuration."""
 
@@ -74,6 +82,7 @@ class Config:
     spark: SparkConfig = field(default_factory=SparkConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     progress: ProgressConfig = field(default_factory=ProgressConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
     sources: tuple[str, ...] = ()
 
 
@@ -174,6 +183,13 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     progress = ProgressConfig(
         heartbeat_s=_int(prog, "heartbeat_s", "progress.heartbeat_s", origin, 0)
     )
+    out = _section(raw, "output", origin)
+    output = OutputConfig(
+        catalog=_opt_str(out, "catalog", "output.catalog", origin) or None,
+        schema=_opt_str(out, "schema", "output.schema", origin) or None,
+    )
+    if output.catalog and not output.schema:
+        raise ConfigError(f"{origin}: 'output.catalog' needs 'output.schema'")
     return Config(
         profile=profile,
         node_max_entries=node_max_entries,
@@ -183,6 +199,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         spark=spark,
         report=report,
         progress=progress,
+        output=output,
     )
 
 

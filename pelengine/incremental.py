@@ -46,7 +46,6 @@ have written them) are replaced, never duplicated.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import time
 from dataclasses import asdict, dataclass, field
@@ -105,9 +104,11 @@ def content_options(options: ReconstructOptions) -> dict[str, Any]:
     }
 
 
-def read_state(spark: SparkSession, out_path: str) -> tuple[SavedRun | None, DataFrame | None]:
+def read_state(
+    spark: SparkSession, out_path: str | storage.Output
+) -> tuple[SavedRun | None, DataFrame | None]:
     """The saved run and the family rows (None, None when there is no state)."""
-    path = os.path.join(out_path, STATE_TABLE)
+    path = storage.as_output(out_path).table(STATE_TABLE)
     version = storage.table_version(spark, path)
     if version is None:
         return None, None
@@ -162,7 +163,7 @@ def digest(events: DataFrame, upto_seq: int | None) -> tuple[int, int, int, int 
 def run_incremental(
     spark: SparkSession,
     events_path: str,
-    out_path: str,
+    out_path: str | storage.Output,
     options: ReconstructOptions,
     progress: Progress = _quiet,
 ) -> dict[str, Any]:
@@ -170,14 +171,17 @@ def run_incremental(
     started = time.time()
     if options.as_of_ms is not None or options.as_of_seq is not None:
         raise InputContractError("--incremental cannot be combined with --as-of-ms/--as-of-seq")
-    version = storage.table_version(spark, events_path)
+    output = storage.check_output(spark, out_path)
+    events_ref = storage.table_ref(events_path)
+    storage.check_input(spark, events_ref)
+    version = storage.table_version(spark, events_ref)
     if version is None:
         raise InputContractError(f"--events {events_path}: no Delta table there")
-    saved, families = read_state(spark, out_path)
+    saved, families = read_state(spark, output)
     wanted = content_options(options)
     if saved is not None and saved.options != wanted:
         raise StateMismatchError(
-            f"{out_path}: its state was built with {saved.options}, this run asks {wanted}; "
+            f"{output}: its state was built with {saved.options}, this run asks {wanted}; "
             "write to another --out, or remove its _state table to rebuild from the full history"
         )
     report: dict[str, Any] = {
@@ -190,9 +194,9 @@ def run_incremental(
     if saved is not None and saved.events_version == version:
         progress(f"state is already at events version {version}: nothing to do")
         report["incremental"]["mode"] = "up-to-date"
-        return _finish(report, out_path, options, spark, started, written=False)
+        return _finish(report, output, options, spark, started, written=False)
 
-    events = conform_events(storage.read_table(spark, events_path, version))
+    events = conform_events(storage.read_table(spark, events_ref, version))
     carry: Carry | None = None
     late_check: tuple[int, int, int, int | None] | None = None
     mode = "full"
@@ -221,7 +225,7 @@ def run_incremental(
         # version written with this state, not from one an interrupted run left
         pinned = {"delivery_counts": g.get("delivery_counts_version")}
         for name in (*OUTPUT_TABLES, "rejected_events"):
-            path = os.path.join(out_path, name)
+            path = output.table(name)
             v = pinned.get(name)
             if v is None:
                 v = storage.table_version(spark, path)
@@ -286,14 +290,14 @@ def run_incremental(
     output_rows = write_outputs(
         spark,
         [*tables.items(), ("rejected_events", rejected)],
-        out_path,
+        output,
         txn_app_id=TXN_APP_ID,
         txn_version=version,
         progress=progress,
     )
     carried = dict(result.carried)
     carried["delivery_counts_version"] = storage.table_version(
-        spark, os.path.join(out_path, "delivery_counts")
+        spark, output.table("delivery_counts")
     )
     run_row = {
         "kind": "run",
@@ -324,7 +328,7 @@ def run_incremental(
     progress("writing the state")
     storage.write_table(
         state_df.select(*(f.name for f in STATE_TABLE_SCHEMA.fields)),
-        os.path.join(out_path, STATE_TABLE),
+        output.table(STATE_TABLE),
         "overwrite",
         txn_app_id=TXN_APP_ID,
         txn_version=version,
@@ -333,7 +337,7 @@ def run_incremental(
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
     report.update({k: v for k, v in result.report.items() if k not in ("timings_s",)})
     report["input"] = {"path": events_path, "delta_version": version}
-    report["output"] = {"path": out_path, "rows": output_rows}
+    report["output"] = {**output.describe(), "rows": output_rows}
     report["keys"] = output_rows.get("streams", 0)
     rejected_by_reason = {
         r["reason"]: r["count"] for r in result.rejected.groupBy("reason").count().collect()
@@ -344,7 +348,7 @@ def run_incremental(
     ev["rejected_by_reason"] = rejected_by_reason
     report["incremental"]["high_seq"] = high_seq
     result.unpersist()
-    return _finish(report, out_path, options, spark, started, written=True)
+    return _finish(report, output, options, spark, started, written=True)
 
 
 _RUN_COLUMNS = (
@@ -394,7 +398,7 @@ def _changed_families(result: ReconstructResult, saved: DataFrame) -> list[dict[
 
 def _finish(
     report: dict[str, Any],
-    out_path: str,
+    output: storage.Output,
     options: ReconstructOptions,
     spark: SparkSession,
     started: float,
@@ -406,7 +410,5 @@ def _finish(
     report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     report["duration_s"] = round(time.time() - started, 3)
     report["written"] = written
-    os.makedirs(out_path, exist_ok=True)
-    with open(os.path.join(out_path, "_run_report.json"), "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2, sort_keys=True, default=str)
+    storage.write_run_report(output, report)
     return report

@@ -23,8 +23,6 @@ table and the run report.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -112,6 +110,19 @@ class ReconstructResult:
 
 class InputContractError(ValueError):
     """The events table does not follow the input contract (events.md)."""
+
+
+def _persist(df: DataFrame, kept: list[DataFrame]) -> DataFrame:
+    """``df`` persisted (MEMORY_AND_DISK) and added to ``kept``; where the platform refuses
+    caching (Databricks serverless) ``df`` as it is: recomputed when used again."""
+    try:
+        persisted = df.persist(StorageLevel.MEMORY_AND_DISK)
+    except Exception as exc:
+        if "NOT_SUPPORTED_WITH_SERVERLESS" not in str(exc):
+            raise
+        return df
+    kept.append(persisted)
+    return persisted
 
 
 # --------------------------------------------------------------------------
@@ -725,7 +736,8 @@ def reconstruct(
     open_units = carry.open_units if carry is not None else None
     if get_profile(profile).unit_time_snapshot:
         valid = unit_time(valid, open_units)
-    valid = valid.persist(StorageLevel.MEMORY_AND_DISK)
+    persisted: list[DataFrame] = []
+    valid = _persist(valid, persisted)
     if options.incremental:
         carried["open_units"] = (
             open_units_after(valid, open_units) if get_profile(profile).unit_time_snapshot else {}
@@ -751,7 +763,7 @@ def reconstruct(
     if renamed and states_in is not None:
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = _rename_families(states_in, renamed)
-    routed = route_events(spark, valid, profile, families).persist(StorageLevel.MEMORY_AND_DISK)
+    routed = _persist(route_events(spark, valid, profile, families), persisted)
     old_waits = [(c, db, renamed.get((db, f), f)) for c, db, f in (carry.waits if carry else [])]
     rows = fan_out(
         routed, old_waits, states_in.select("db", "family") if states_in is not None else None
@@ -769,17 +781,20 @@ def reconstruct(
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
     snap_ms, snap_seq = as_of_ms if as_of_ms is not None else 0, as_of_seq or 0
     progress(f"replaying through the {profile} model in {partitions} partitions")
-    replayed = replay_stage(
-        rows,
-        profile,
-        snap_ms,
-        snap_seq,
-        partitions,
-        options.node_max_entries,
-        options.node_max_bytes,
-        keep_state=options.incremental,
-        mark_seq=mark_seq,
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    replayed = _persist(
+        replay_stage(
+            rows,
+            profile,
+            as_of_ms if as_of_ms is not None else 0,
+            as_of_seq or 0,
+            partitions,
+            options.node_max_entries,
+            options.node_max_bytes,
+            keep_state=options.incremental,
+            mark_seq=mark_seq,
+        ),
+        persisted,
+    )
     tables = {
         name: replayed.filter(F.col("table") == name).select(*TABLE_COLUMNS[name])
         for name in OUTPUT_TABLES
@@ -834,7 +849,7 @@ def reconstruct(
         as_of_ms,
         as_of_seq,
         report,
-        [valid, routed, replayed],
+        persisted,
         states=states,
         carried=carried,
     )
@@ -928,33 +943,38 @@ def _count_outcomes(routed: DataFrame, replayed: DataFrame, report: dict[str, An
 def run_reconstruct(
     spark: SparkSession,
     events_path: str,
-    out_path: str,
+    out_path: str | storage.Output,
     options: ReconstructOptions | None = None,
     progress: Progress = _quiet,
 ) -> dict[str, Any]:
     """Read the events table, reconstruct, write every table under ``out_path``; return
     the run report (also written to ``out_path/_run_report.json``).
 
+    ``events_path``: a path, or ``catalog.schema.table`` (see :func:`storage.table_ref`);
+    ``out_path``: a root path, or a :class:`storage.Output` (catalog tables).
     ``options.incremental``: continue from the state under ``out_path`` (see
     :mod:`pelengine.incremental`)."""
     options = options or ReconstructOptions()
+    output = storage.check_output(spark, out_path)
+    events_ref = storage.table_ref(events_path)
+    storage.check_input(spark, events_ref)
     if options.incremental:
         from pelengine.incremental import run_incremental
 
-        return run_incremental(spark, events_path, out_path, options, progress)
+        return run_incremental(spark, events_path, output, options, progress)
     started = time.time()
-    if not storage.table_exists(spark, events_path):
+    if not storage.table_exists(spark, events_ref):
         raise InputContractError(f"--events {events_path}: no Delta table there")
-    input_version = storage.table_version(spark, events_path)
+    input_version = storage.table_version(spark, events_ref)
     progress(f"reading events from {events_path} (Delta version {input_version})")
-    events = storage.read_table(spark, events_path)
+    events = storage.read_table(spark, events_ref)
     result = reconstruct(spark, events, options, progress)
     report = result.report
     write_started = time.monotonic()
     output_rows = write_outputs(
         spark,
         [*result.tables.items(), ("rejected_events", result.rejected)],
-        out_path,
+        output,
         txn_app_id=options.txn_app_id,
         txn_version=options.txn_version,
         progress=progress,
@@ -969,7 +989,7 @@ def run_reconstruct(
     report.update(
         {
             "input": {"path": events_path, "delta_version": input_version},
-            "output": {"path": out_path, "rows": output_rows},
+            "output": {**output.describe(), "rows": output_rows},
             "keys": output_rows.get("streams", 0),
             "options": asdict(options),
             "storage": storage.storage_mode(spark),
@@ -978,29 +998,29 @@ def run_reconstruct(
         }
     )
     result.unpersist()
-    os.makedirs(out_path, exist_ok=True)
-    with open(os.path.join(out_path, "_run_report.json"), "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2, sort_keys=True)
+    storage.write_run_report(output, report)
     return report
 
 
 def write_outputs(
     spark: SparkSession,
     tables: list[tuple[str, DataFrame]],
-    out_path: str,
+    out_path: str | storage.Output,
     *,
     txn_app_id: str | None,
     txn_version: int | None,
     progress: Progress = _quiet,
 ) -> dict[str, int]:
     """Write each (name, DataFrame) as ``out_path/name`` (overwrite, one commit each, with
-    the txn options); returns each table's rows as written.
+    the txn options), or by name for an :class:`storage.Output` of catalog tables; returns
+    each table's rows as written.
 
     One after the other: the embedded ``delta`` source is registered with the session,
     and a write from another Python thread does not find it."""
+    output = storage.as_output(out_path)
     rows: dict[str, int] = {}
     for i, (name, df) in enumerate(tables, start=1):
-        path = os.path.join(out_path, name)
+        path = output.table(name)
         progress(f"writing {name} ({i}/{len(tables)})")
         started = time.monotonic()
         storage.write_table(df, path, "overwrite", txn_app_id=txn_app_id, txn_version=txn_version)

@@ -18,16 +18,30 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def on_databricks() -> bool:
+    """Whether this process runs on Databricks (a job task, classic or serverless)."""
+    return bool(os.environ.get("DATABRICKS_RUNTIME_VERSION"))
+
+
 def build_session(conf: Config, progress: Callable[[str], None] | None = None) -> SparkSession:
     """A SparkSession from `conf.spark`, with the project's storage installed.
 
     `spark.master` from the config applies only outside spark-submit, whose
-    `--master` (and driver settings) win.
+    `--master` (and driver settings) win. On Databricks the platform's session is used as
+    it is: no master, no `spark.conf` keys, no log level (serverless refuses them, and
+    there is no `sparkContext` there); set Spark confs in the job's compute instead.
     """
     from pyspark.sql import SparkSession
 
     from pelengine.storage import install_storage
 
+    if on_databricks():
+        spark = SparkSession.builder.getOrCreate()
+        mode = install_storage(spark)
+        if progress is not None:
+            runtime = os.environ.get("DATABRICKS_RUNTIME_VERSION")
+            progress(f"spark {spark.version} (Databricks runtime {runtime}), storage {mode}")
+        return spark
     submitted = launched_by_spark_submit()
     if not submitted:
         # local mode: Python workers run the same interpreter as the driver
@@ -47,7 +61,10 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
 
 
 def stop_session(spark: SparkSession) -> None:
-    """Stop `spark`, never raising (used on the way out)."""
+    """Stop `spark`, never raising (used on the way out). On Databricks the session is the
+    platform's and is left running."""
+    if on_databricks():
+        return
     try:
         spark.stop()
     except Exception as exc:  # a failed stop must not change the exit code

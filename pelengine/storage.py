@@ -9,9 +9,12 @@ named ``delta`` backed by delta-rs (:mod:`pelengine.spark.delta_source`).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,6 +24,13 @@ EMBEDDED = "embedded"
 MODE_CONF = "pelengine.storage.mode"
 DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+#: ``spark-submit --packages`` coordinate of native Delta Lake for this project's pins
+#: (pyspark 4.2.0, delta-spark 4.4.1): since Delta 4.x the artifact names its Spark line.
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.1"
+#: Format of tables written by name (catalog tables); tests swap it to exercise the path.
+TABLE_FORMAT = "delta"
+RUN_REPORT = "_run_report.json"
 _SAVE_MODES = {
     "overwrite": "overwrite",
     "append": "append",
@@ -34,9 +44,17 @@ _SAVE_MODES = {
 # --------------------------------------------------------------------------- the guard
 
 
+def is_remote_session(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (Databricks serverless and standard access
+    mode among them): no py4j gateway, no ``sparkContext``."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def probe_jvm_delta(spark: SparkSession) -> bool | None:
     """True/False if the JVM can/cannot load Delta's data source class; None if unknowable
-    (Spark Connect / serverless: no py4j gateway)."""
+    (Spark Connect / serverless: no py4j gateway, ``_jvm`` is not touched)."""
+    if is_remote_session(spark):
+        return None
     try:
         jvm = spark._jvm
     except Exception:
@@ -90,10 +108,18 @@ def _is_already_exists(exc: BaseException) -> bool:
 
 
 def install_storage(spark: SparkSession) -> str:
-    """Make ``format("delta")`` work in this session; returns "native" or "embedded"."""
+    """Make ``format("delta")`` work in this session; returns "native" or "embedded".
+
+    On Databricks Delta Lake is the platform's own: native, without probing (no ``_jvm``, no
+    data source registration: neither exists on serverless)."""
     current = _installed_mode(spark)
     if current is not None:
         return current
+    from pelengine.session import on_databricks
+
+    if on_databricks():
+        spark.conf.set(MODE_CONF, NATIVE)
+        return NATIVE
 
     def register() -> None:
         from pelengine.spark.delta_source import DeltaDataSource
@@ -121,12 +147,178 @@ def storage_mode(spark: SparkSession) -> str:
     return mode
 
 
+# --------------------------------------------------------------------------- where tables are
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table known by name to the session's catalog: ``name`` is its quoted multi-part
+    identifier (``catalog.schema.table`` or ``schema.table``); ``location`` makes it an
+    external table stored there, else it is managed (the catalog picks the storage)."""
+
+    name: str
+    location: str | None = None
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: A table: a path (str) or a :class:`Table` known by name (needs native Delta).
+TableRef = str | Table
+
+_IDENTIFIER = r"(?:[A-Za-z_][A-Za-z0-9_-]*|`(?:[^`]|``)+`)"
+_THREE_PART = re.compile(rf"^{_IDENTIFIER}\.{_IDENTIFIER}\.{_IDENTIFIER}$")
+
+
+def quote_identifier(part: str) -> str:
+    """``part`` as one backquoted SQL identifier (backquotes doubled)."""
+    return "`" + part.replace("`", "``") + "`"
+
+
+def _split_name(name: str) -> list[str]:
+    parts = re.findall(rf"{_IDENTIFIER}", name)
+    return [p[1:-1].replace("``", "`") if p.startswith("`") else p for p in parts]
+
+
+def table_ref(text: str) -> TableRef:
+    """An input table as given on the command line: ``catalog.schema.table`` (exactly three
+    dot-separated names, no ``/``) is a catalog table, anything else a path."""
+    if "/" not in text and "\\" not in text and _THREE_PART.match(text):
+        return Table(".".join(quote_identifier(p) for p in _split_name(text)))
+    return text
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a run writes its tables.
+
+    * ``root`` only: each table is the Delta table at ``<root>/<table>`` (paths; works with
+      the embedded delta-rs source and with native Delta);
+    * ``schema`` (and optionally ``catalog``): each table is written by name as
+      ``<catalog>.<schema>.<table>`` (``saveAsTable``, needs native Delta), managed, or
+      external at ``<root>/<table>`` when ``root`` is given too.
+
+    The run report (``_run_report.json``) goes under ``root`` when there is one.
+    """
+
+    root: str | None = None
+    catalog: str | None = None
+    schema: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.catalog and not self.schema:
+            raise ValueError("a catalog needs a schema: give --schema (or output.schema)")
+        if not self.root and not self.schema:
+            raise ValueError("no output: give --out PATH, or --schema S for catalog tables")
+
+    @property
+    def by_name(self) -> bool:
+        """Whether the tables are written and read by name (catalog tables)."""
+        return bool(self.schema)
+
+    def table(self, name: str) -> TableRef:
+        """Where the output table ``name`` is."""
+        path = os.path.join(self.root, name) if self.root else None
+        if not self.by_name:
+            assert path is not None
+            return path
+        assert self.schema is not None
+        parts = [p for p in (self.catalog, self.schema, name) if p]
+        return Table(".".join(quote_identifier(p) for p in parts), path)
+
+    def describe(self) -> dict[str, Any]:
+        """For the run report: ``path`` (the root), plus ``catalog``/``schema`` by name."""
+        out: dict[str, Any] = {"path": self.root}
+        if self.by_name:
+            out.update(catalog=self.catalog, schema=self.schema)
+        return out
+
+    def __str__(self) -> str:
+        if not self.by_name:
+            return str(self.root)
+        where = ".".join(p for p in (self.catalog, self.schema) if p)
+        return f"{where} (external tables under {self.root})" if self.root else where
+
+
+def as_output(out: str | Output) -> Output:
+    """An :class:`Output` for a root path or an output already described."""
+    return out if isinstance(out, Output) else Output(root=out)
+
+
+CATALOG_NEEDS_NATIVE = (
+    "catalog tables ({what}) need native Delta Lake, and this session has the embedded "
+    "delta-rs source, which reads and writes paths only. Either run where Delta Lake is "
+    "installed (Databricks; or spark-submit --packages " + DELTA_PACKAGE + " --conf "
+    "spark.sql.extensions="
+    + DELTA_EXTENSION
+    + " --conf spark.sql.catalog.spark_catalog="
+    + DELTA_CATALOG
+    + "), or write paths: drop --catalog/--schema (and output.catalog/"
+    "output.schema), give --out PATH, and register the tables later where Delta Lake is "
+    "available (CREATE TABLE <name> USING delta LOCATION '<PATH>/<table>')."
+)
+
+
+class NativeDeltaRequiredError(RuntimeError):
+    """Tables by name were asked for in a session without native Delta Lake."""
+
+
+def _require_native(spark: SparkSession, what: str) -> None:
+    if storage_mode(spark) != NATIVE:
+        raise NativeDeltaRequiredError(CATALOG_NEEDS_NATIVE.format(what=what))
+
+
+def check_output(spark: SparkSession, out: str | Output) -> Output:
+    """The :class:`Output` of ``out``, refused before any work when it names catalog tables
+    and the session has no native Delta Lake."""
+    output = as_output(out)
+    if output.by_name:
+        _require_native(spark, f"output {output}")
+    return output
+
+
+def check_input(spark: SparkSession, ref: TableRef) -> None:
+    """Refuse, before any work, an input table by name without native Delta Lake."""
+    if isinstance(ref, Table):
+        _require_native(spark, f"--events {ref}")
+
+
+def write_run_report(out: str | Output, report: dict[str, Any]) -> str | None:
+    """Write ``report`` as ``<root>/_run_report.json``; returns where, or None when the output
+    has no root (catalog tables only: the report is only printed)."""
+    output = as_output(out)
+    if not output.root:
+        return None
+    text = json.dumps(report, indent=2, sort_keys=True, default=str)
+    root = output.root
+    if "://" not in root or root.startswith("file:"):
+        local = root.removeprefix("file://").removeprefix("file:")
+        os.makedirs(local, exist_ok=True)
+        target = os.path.join(local, RUN_REPORT)
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return target
+    import pyarrow.fs as pa_fs
+
+    fs, base = pa_fs.FileSystem.from_uri(root)
+    target = f"{base.rstrip('/')}/{RUN_REPORT}"
+    with fs.open_output_stream(target) as stream:
+        stream.write(text.encode("utf-8"))
+    return f"{root.rstrip('/')}/{RUN_REPORT}"
+
+
 # --------------------------------------------------------------------------- read / write
 
 
-def read_table(spark: SparkSession, path: str, version: int | None = None) -> DataFrame:
+def read_table(spark: SparkSession, path: TableRef, version: int | None = None) -> DataFrame:
     """The Delta table at ``path`` (its snapshot at ``version`` when given: reading it
-    again later gives the same rows, whatever was written since)."""
+    again later gives the same rows, whatever was written since). A :class:`Table` is read
+    by name (native Delta only)."""
+    if isinstance(path, Table):
+        _require_native(spark, str(path))
+        if version is None:
+            return spark.read.table(path.name)
+        return spark.sql(f"SELECT * FROM {path.name} VERSION AS OF {int(version)}")
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", str(version))
@@ -135,7 +327,7 @@ def read_table(spark: SparkSession, path: str, version: int | None = None) -> Da
 
 def write_table(
     df: DataFrame,
-    path: str,
+    path: TableRef,
     mode: str = "overwrite",
     *,
     txn_app_id: str | None = None,
@@ -147,6 +339,8 @@ def write_table(
     ``txn_app_id``/``txn_version`` make the write idempotent (skipped when ``txn_version`` is
     not greater than the one recorded for ``txn_app_id``); ``overwrite_schema`` lets an
     overwrite replace the table schema. Modes: overwrite, append, errorifexists/error, ignore.
+    A :class:`Table` is written by name with ``saveAsTable`` (native Delta only; external at
+    its ``location`` when it has one, managed otherwise).
     """
     save_mode = _SAVE_MODES.get(mode.lower())
     if save_mode is None:
@@ -159,6 +353,15 @@ def write_table(
     if overwrite_schema:
         options["overwriteSchema"] = "true"
     spark = df.sparkSession
+    if isinstance(path, Table):
+        _require_native(spark, str(path))
+        writer = df.write.format(TABLE_FORMAT).mode(save_mode)
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        if path.location:
+            writer = writer.option("path", path.location)
+        writer.saveAsTable(path.name)
+        return
     if storage_mode(spark) == EMBEDDED:
         if save_mode in ("errorifexists", "ignore"):
             # Python data sources only take append/overwrite: apply Spark's rule here.
@@ -234,8 +437,14 @@ def table_versions(spark: SparkSession, path: str, limit: int | None = None) -> 
     return sorted((int(r["version"]) for r in rows), reverse=True)
 
 
-def table_version(spark: SparkSession, path: str) -> int | None:
+def table_version(spark: SparkSession, path: TableRef) -> int | None:
     """Current Delta version of the table at ``path``; None if there is no table."""
+    if isinstance(path, Table):
+        _require_native(spark, str(path))
+        if not spark.catalog.tableExists(path.name):
+            return None
+        rows = spark.sql(f"DESCRIBE HISTORY {path.name} LIMIT 1").collect()
+        return int(rows[0]["version"]) if rows else None
     if storage_mode(spark) == EMBEDDED:
         from pelengine.spark.delta_source import normalize_table_uri, open_table
 
@@ -251,10 +460,10 @@ def table_version(spark: SparkSession, path: str) -> int | None:
     return int(rows[0]["version"]) if rows else None
 
 
-def table_row_count(spark: SparkSession, path: str) -> int:
+def table_row_count(spark: SparkSession, path: TableRef) -> int:
     """Rows of the current version of the table at ``path`` (from the Delta log's file
     statistics where they are all there; otherwise by reading the table)."""
-    if storage_mode(spark) == EMBEDDED:
+    if isinstance(path, str) and storage_mode(spark) == EMBEDDED:
         import pyarrow as pa
 
         from pelengine.spark.delta_source import normalize_table_uri, open_table
@@ -267,6 +476,6 @@ def table_row_count(spark: SparkSession, path: str) -> int:
     return read_table(spark, path).count()
 
 
-def table_exists(spark: SparkSession, path: str) -> bool:
+def table_exists(spark: SparkSession, path: TableRef) -> bool:
     """Whether a Delta table exists at ``path``."""
     return table_version(spark, path) is not None
