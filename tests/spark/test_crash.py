@@ -5,8 +5,9 @@ Night 1 runs in-process. Night 2 then runs as the real CLI in a child process
 each time killed with SIGKILL as soon as its progress line shows the next step
 of the list: between two table writes, during the state write (the commit
 point); PELENGINE_KILL_AT adds more (e.g. "replaying through", a kill before any
-write, left out of the default list to keep the suite's time). After every kill each table under the output root
-must open and read at its latest Delta version (delta-rs, not our reader).
+write, left out of the default list to keep the suite's time). After every kill
+each table under the output root must open and read at its latest Delta
+version (delta-rs, not our reader).
 Finally an in-process re-run completes the night, and every table must equal
 an uninterrupted night 2.
 """
