@@ -33,9 +33,7 @@ from tests.spark.test_incremental import TABLES, _with_blocking, assert_tables_e
 
 pytestmark = pytest.mark.spark
 
-KILL_AT = os.environ.get(
-    "PELENGINE_KILL_AT", "writing groups,writing the state"
-).split(",")
+KILL_AT = os.environ.get("PELENGINE_KILL_AT", "writing groups,writing the state").split(",")
 CLI = str(Path(sys.executable).with_name("pelengine"))
 
 
