@@ -135,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the server's stream-node-max-bytes (default: conf, 4096)",
     )
+    rec.add_argument(
+        "--split-groups",
+        type=_non_negative_int,
+        metavar="N",
+        help="replay a stream with at least N consumer groups as one task per group "
+        "(0: never; default: conf, 4; incremental runs do not split)",
+    )
     rec.add_argument("--json", action="store_true", help="print the run report as JSON")
 
     gen = sub.add_parser(
@@ -404,6 +411,7 @@ def cmd_reconstruct(
         profile=args.redis_version or conf.profile,
         node_max_entries=_first(args.stream_node_max_entries, conf.node_max_entries),
         node_max_bytes=_first(args.stream_node_max_bytes, conf.node_max_bytes),
+        split_groups=_first(args.split_groups, conf.split_groups),
         as_of_ms=args.as_of_ms,
         as_of_seq=args.as_of_seq,
         txn_app_id=args.txn_app_id,

@@ -77,6 +77,8 @@ class Config:
     # the server's stream-node-max-entries / -bytes (what '~' trimming can drop)
     node_max_entries: int = 100
     node_max_bytes: int = 4096
+    # replay a stream with at least this many consumer groups as one task per group
+    split_groups: int = 4
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     demo_dir: str = "demo"
     spark: SparkConfig = field(default_factory=SparkConfig)
@@ -156,6 +158,9 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     node_max_bytes = _int(
         rec, "stream_node_max_bytes", "reconstruct.stream_node_max_bytes", origin, 0
     )
+    split_groups = _int(
+        {"split_groups": 4, **rec}, "split_groups", "reconstruct.split_groups", origin, 0
+    )
     gen = _section(raw, "generate", origin)
     generate = GenerateConfig(
         events=_int(gen, "events", "generate.events", origin, 0),
@@ -194,6 +199,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         profile=profile,
         node_max_entries=node_max_entries,
         node_max_bytes=node_max_bytes,
+        split_groups=split_groups,
         generate=generate,
         demo_dir=demo_dir,
         spark=spark,

@@ -31,7 +31,14 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    StringType,
+    StructField,
+    StructType,
+)
 from pyspark.sql.window import Window
 
 from pelengine import storage
@@ -67,6 +74,9 @@ class ReconstructOptions:
     # the server's stream-node-max-entries / stream-node-max-bytes ('~' trimming)
     node_max_entries: int = 100
     node_max_bytes: int = 4096
+    # replay a family with at least this many consumer groups as one task per group
+    # (0: never; see split_by_group)
+    split_groups: int = 4
     # incremental runs: keep each family's model as state (see pelengine.incremental)
     incremental: bool = False
 
@@ -394,6 +404,8 @@ def route_events(
             StructField("families", ArrayType(StringType())),
             StructField("pre_kind", StringType()),
             StructField("pre_error", StringType()),
+            StructField("group", StringType()),
+            StructField("group_only", BooleanType()),
         ]
     )
     return valid.mapInArrow(make_router(profile, families), out_schema)
@@ -444,6 +456,8 @@ def activity_markers(
             F.lit(False).alias("fanout"),
             F.col("m_family").alias("family"),
             F.lit(True).alias("marker"),
+            F.lit(None).cast(StringType()).alias("group"),
+            F.lit(False).alias("group_only"),
         )
     )
 
@@ -464,7 +478,15 @@ def fan_out(
 def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -> DataFrame:
     keyed = routed.filter(F.col("scope") == "keys").withColumn("fanout", F.size("families") > 1)
     per_family = keyed.select(
-        "seq", "ts_ms", "argv", "db", "client", "fanout", F.explode("families").alias("family")
+        "seq",
+        "ts_ms",
+        "argv",
+        "db",
+        "client",
+        "fanout",
+        F.explode("families").alias("family"),
+        "group",
+        "group_only",
     )
     flush = routed.filter(F.col("scope").isin("db", "all"))
     if flush.limit(1).count() == 0:
@@ -488,6 +510,8 @@ def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -
             "f.client",
             F.lit(True).alias("fanout"),
             "k.family",
+            F.lit(None).cast(StringType()).alias("group"),
+            F.lit(False).alias("group_only"),
         )
     )
     return per_family.unionByName(flush_rows)
@@ -496,6 +520,123 @@ def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -
 # --------------------------------------------------------------------------
 # 5: replay
 # --------------------------------------------------------------------------
+
+
+def _whole_family_unit() -> list[Any]:
+    """The unit columns of a row replayed with its whole family (no split by group)."""
+    return [
+        F.lit(None).cast(StringType()).alias("unit"),
+        F.lit(True).alias("lead"),
+        F.lit(False).alias("silent"),
+    ]
+
+
+ROW_COLUMNS = ("seq", "ts_ms", "argv", "db", "client", "fanout", "family", "marker")
+
+
+def split_by_group(
+    routed: DataFrame, rows: DataFrame, min_groups: int, max_units: int
+) -> tuple[DataFrame, dict[str, int], dict[tuple[int, str, str], list[str]]]:
+    """Give every (event, family) row its replay *unit*, so that a family with at least
+    ``min_groups`` consumer groups is replayed as up to ``max_units`` tasks, each for
+    some of its groups, instead of one task for all of them (``min_groups`` 0: never).
+
+    A unit replays the commands that name one of its groups and stay inside that
+    group (``command_group``'s ``group_only``) and every other command of the family
+    (stream-level: XADD, XDEL, XTRIM, XSETID, XGROUP CREATE/DESTROY, DEL, RENAME,
+    FLUSH*, markers), so its model holds the same stream and the same state of each
+    of its groups as one replay of the whole family. The family's groups, by name,
+    are dealt round-robin to ``min(groups, max_units)`` units named "0", "1", ...;
+    unit "0" is the family's ``lead``: it reports the outcome of the stream-level
+    commands and the ``streams`` rows, the other units apply them ``silent``ly
+    (counted nowhere) and report only their own groups' rows.
+
+    A blocked reader ends its wait when its client sends anything: a command of that
+    client naming a group of another unit reaches the other units as a marker.
+
+    Returns the rows (plus ``unit``, ``lead``, ``silent``; rows of families not split
+    get ``unit`` null, ``lead`` true, ``silent`` false: one replay per family), what
+    was split (for the report) and the groups of every unit (for the replay).
+    """
+    stats = {"min_groups": min_groups, "max_units": max_units, "families_split": 0, "units": 0}
+    spark = rows.sparkSession
+    whole = rows.select(*ROW_COLUMNS, *_whole_family_unit())
+    if min_groups <= 0 or max_units < 2:
+        return whole, stats, {}
+    named = (
+        rows.filter(F.col("group").isNotNull() & ~F.col("marker"))
+        .select("db", "family", "group")
+        .distinct()
+        .groupBy("db", "family")
+        .agg(F.array_sort(F.collect_list("group")).alias("groups"))
+        .filter(F.size("groups") >= max(min_groups, 2))
+        .collect()
+    )
+    if not named:
+        return whole, stats, {}
+    unit_groups: dict[tuple[int, str, str], list[str]] = {}
+    placement = []
+    for r in named:
+        groups = list(r["groups"])
+        n_units = min(len(groups), max_units)
+        for i, group in enumerate(groups):
+            unit = str(i % n_units)
+            unit_groups.setdefault((r["db"], r["family"], unit), []).append(group)
+            placement.append((r["db"], r["family"], group, unit, [str(u) for u in range(n_units)]))
+    stats["families_split"] = len(named)
+    stats["units"] = len(unit_groups)
+    place = spark.createDataFrame(
+        placement, "db int, family string, group string, own_unit string, units array<string>"
+    )
+    families = place.select("db", "family", "units").distinct()
+    joined = rows.join(F.broadcast(families), ["db", "family"], "left").join(
+        F.broadcast(place.select("db", "family", "group", "own_unit")),
+        ["db", "family", "group"],
+        "left",
+    )
+    is_split = F.col("units").isNotNull()
+    own = is_split & F.col("group_only") & ~F.col("marker") & F.col("own_unit").isNotNull()
+    unit_list = (
+        F.when(~is_split, F.array(F.lit(None).cast(StringType())))
+        .when(own, F.array("own_unit"))
+        .otherwise(F.col("units"))
+    )
+    placed = joined.withColumn("unit", F.explode(unit_list))
+    lead = ~is_split | (F.col("unit") == F.lit("0"))
+    placed = placed.select(
+        *ROW_COLUMNS,
+        "unit",
+        lead.alias("lead"),
+        (is_split & ~own & ~lead).alias("silent"),
+    )
+    # clients that blocked in a split family: their group-only commands there end the
+    # wait in the other units too
+    blocks = blocking_waits(routed).withColumnRenamed("client", "b_client")
+    inner = (
+        joined.filter(own & F.col("client").isNotNull())
+        .join(
+            F.broadcast(blocks),
+            (F.col("client") == F.col("b_client"))
+            & (F.col("db") == F.col("m_db"))
+            & (F.col("family") == F.col("m_family")),
+            "left_semi",
+        )
+        .withColumn("unit", F.explode(F.filter("units", lambda u: u != F.col("own_unit"))))
+        .select(
+            "seq",
+            "ts_ms",
+            "argv",
+            "db",
+            "client",
+            F.lit(False).alias("fanout"),
+            "family",
+            F.lit(True).alias("marker"),
+            "unit",
+            (F.col("unit") == F.lit("0")).alias("lead"),
+            F.lit(False).alias("silent"),
+        )
+    )
+    return placed.unionByName(inner), stats, unit_groups
 
 
 def replay_stage(
@@ -509,14 +650,16 @@ def replay_stage(
     *,
     keep_state: bool = False,
     mark_seq: int | None = None,
+    unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
 ) -> DataFrame:
-    """The one shuffle and sort: families hashed to partitions, events sorted by seq,
-    then the grouped iterator UDF (same grouping columns, so Spark adds no exchange).
+    """The one shuffle and sort: (family, unit)s hashed to partitions, events sorted by
+    seq, then the grouped iterator UDF (same grouping columns, so Spark adds no exchange).
+    ``unit_groups``: the groups of each unit of the families split by group.
 
     With ``keep_state`` the rows may include one ``state`` row per family (its saved
     model, at the family's last applied seq, so it sorts first) and the replay emits
     each family's model at the end."""
-    keys = ("db", "family")
+    keys = ("db", "family", "unit")
     return (
         routed_rows.repartition(partitions, *keys)
         .sortWithinPartitions(*keys, "seq")
@@ -530,6 +673,7 @@ def replay_stage(
                 node_max_bytes,
                 keep_state=keep_state,
                 mark_seq=mark_seq,
+                unit_groups=unit_groups,
             ),
             REPLAY_OUTPUT_SCHEMA,
         )
@@ -549,6 +693,7 @@ def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
         F.lit(False).alias("fanout"),
         "family",
         F.lit(False).alias("marker"),
+        *_whole_family_unit(),
         F.col("state_blob").alias("state"),
     )
     return rows.unionByName(seeds)
@@ -768,6 +913,11 @@ def reconstruct(
     rows = fan_out(
         routed, old_waits, states_in.select("db", "family") if states_in is not None else None
     )
+    partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    # incremental runs keep one saved model per family: they do not split
+    rows, split_stats, unit_groups = split_by_group(
+        routed, rows, 0 if options.incremental else options.split_groups, partitions
+    )
     if options.incremental:
         found = [(r["client"], r["m_db"], r["m_family"]) for r in blocking_waits(routed).collect()]
         carried["waits"] = sorted(set(found) | set(old_waits))
@@ -777,8 +927,13 @@ def reconstruct(
             rows = _seed_rows(rows, states_in)
         else:
             rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
-    lap("route")
-    partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    lap(
+        "route",
+        f"{split_stats['families_split']} stream famil(ies) split into "
+        f"{split_stats['units']} per-group replays"
+        if split_stats["families_split"]
+        else "",
+    )
     snap_ms, snap_seq = as_of_ms if as_of_ms is not None else 0, as_of_seq or 0
     progress(f"replaying through the {profile} model in {partitions} partitions")
     replayed = _persist(
@@ -792,6 +947,7 @@ def reconstruct(
             options.node_max_bytes,
             keep_state=options.incremental,
             mark_seq=mark_seq,
+            unit_groups=unit_groups,
         ),
         persisted,
     )
@@ -840,6 +996,7 @@ def reconstruct(
         "as_of_ms": as_of_ms,
         "as_of_seq": as_of_seq,
         "stopped_before_seq": stop_seq,
+        "split_by_group": split_stats,
         "events": {"valid": n_valid},
         "timings_s": timings,
     }
@@ -1048,6 +1205,12 @@ def format_report(report: dict[str, Any]) -> str:
         if inc.get("families_with_changed_history"):
             line += f", {len(inc['families_with_changed_history'])} with changed history"
         lines.append(line)
+    split = report.get("split_by_group") or {}
+    if split.get("families_split"):
+        lines.append(
+            f"split by group: {split['families_split']} stream famil(ies) with "
+            f">= {split['min_groups']} groups replayed as {split['units']} tasks"
+        )
     if report.get("written") is False:
         lines.append("nothing written: the tables are already at this events version")
     if ev:

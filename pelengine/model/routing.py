@@ -92,3 +92,60 @@ def linked_keys(argv: Sequence[str] | None) -> list[str]:
 def is_stream_command(name: str) -> bool:
     """True for the commands the engine applies (and counts as applied or failed)."""
     return name.upper() in STREAM_COMMANDS
+
+
+# Commands whose effects stay inside the one consumer group they name: a family's
+# replay can be split by group and each of these sent to its group's replay only.
+_GROUP_ONLY = frozenset({"XREADGROUP", "XACK", "XCLAIM", "XAUTOCLAIM"})
+_XGROUP_GROUP_ONLY = frozenset({"SETID", "CREATECONSUMER", "DELCONSUMER"})
+_XGROUP_STREAM_LEVEL = frozenset({"CREATE", "DESTROY"})
+
+
+def xreadgroup_group(argv: Sequence[str]) -> str | None:
+    """The group an XREADGROUP names (``GROUP <group> <consumer>``; the last one wins, as
+    the server parses it), or None when it names none."""
+    group = None
+    i = 1
+    argc = len(argv)
+    while i < argc:
+        low = argv[i].lower()
+        moreargs = argc - i - 1
+        if low in ("block", "count") and moreargs:
+            i += 2
+        elif low == "streams" and moreargs:
+            break
+        elif low == "group" and moreargs >= 2:
+            group = argv[i + 1]
+            i += 3
+        else:
+            i += 1
+    return group
+
+
+def command_group(argv: Sequence[str] | None) -> tuple[str | None, bool]:
+    """(group, group_only): the consumer group a command names, and whether what it
+    reads and changes is that group plus stream state no group command changes.
+
+    ``group_only`` commands (XREADGROUP, XACK, XCLAIM, XAUTOCLAIM, XGROUP SETID /
+    CREATECONSUMER / DELCONSUMER) can be replayed by a model that sees only that group's
+    commands and every stream-level command. XGROUP CREATE and DESTROY name a group
+    but change what every group's replay must know (the stream may be created, the
+    group count of XINFO STREAM changes): they go to every group's replay. A command
+    too short to name a group fails the same way everywhere: (None, False).
+    """
+    if not argv:
+        return None, False
+    name = command_name(argv)
+    argc = len(argv)
+    if name == "XREADGROUP":
+        group = xreadgroup_group(argv)
+        return group, group is not None
+    if name == "XACK" and argc >= 4 or name in ("XCLAIM", "XAUTOCLAIM") and argc >= 6:
+        return argv[2], True
+    if name == "XGROUP" and argc >= 4:
+        sub = argv[1].upper()
+        if sub in _XGROUP_GROUP_ONLY:
+            return argv[3], True
+        if sub in _XGROUP_STREAM_LEVEL:
+            return argv[3], False
+    return None, False

@@ -15,7 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from pelengine.model.replay import Replayer, command_name
-from pelengine.model.routing import SCOPE_KEYS, linked_keys, touched_keys
+from pelengine.model.routing import SCOPE_KEYS, command_group, linked_keys, touched_keys
+from pelengine.model.state import Counters
 from pelengine.spark.schemas import REPLAY_OUTPUT_SCHEMA
 
 OUTPUT_BATCH_ROWS = 8192
@@ -62,8 +63,9 @@ def _describe_row(seq: int | None, ts_ms: int | None, argv: list[str] | None, db
 def make_router(
     profile: str, family_of: dict[tuple[int, str], str]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A mapInArrow function adding ``scope``, ``families`` and, for rows that reach
-    no stream, the outcome a fresh model gives them (``pre_kind``/``pre_error``)."""
+    """A mapInArrow function adding ``scope``, ``families``, the consumer group the
+    command names (``group``, ``group_only``: see ``command_group``) and, for rows that
+    reach no stream, the outcome a fresh model gives them (``pre_kind``/``pre_error``)."""
 
     def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         blank = Replayer(profile, record_changes=False)
@@ -75,6 +77,8 @@ def make_router(
             commands: list[str] = []
             kinds: list[str | None] = []
             errors: list[str | None] = []
+            groups: list[str | None] = []
+            group_only: list[bool] = []
             for i, (db, argv) in enumerate(zip(dbs, argvs, strict=True)):
                 try:
                     scope, keys = touched_keys(argv)
@@ -82,6 +86,9 @@ def make_router(
                     commands.append(command_name(argv))
                     fams = list(dict.fromkeys(family_of.get((db, k), k) for k in keys))
                     families.append(fams)
+                    group, only = command_group(argv)
+                    groups.append(group)
+                    group_only.append(only)
                     if scope != SCOPE_KEYS:
                         outcome = blank.apply(0, 0, argv, db)
                         kinds.append(outcome.kind)
@@ -106,6 +113,8 @@ def make_router(
                     pa.array(families, pa.list_(pa.string())),
                     pa.array(kinds, pa.string()),
                     pa.array(errors, pa.string()),
+                    pa.array(groups, pa.string()),
+                    pa.array(group_only, pa.bool_()),
                 ],
                 names=[
                     *batch.schema.names,
@@ -114,6 +123,8 @@ def make_router(
                     "families",
                     "pre_kind",
                     "pre_error",
+                    "group",
+                    "group_only",
                 ],
             )
 
@@ -133,6 +144,7 @@ def make_replay_function(
     *,
     keep_state: bool = False,
     mark_seq: int | None = None,
+    unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
 ) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The grouped (iterator-form) Arrow UDF replaying one family of stream keys.
 
@@ -157,6 +169,7 @@ def make_replay_function(
     ``delivery_counts``.
     """
     schema = _arrow_schema(REPLAY_OUTPUT_SCHEMA)
+    groups_of = {k: frozenset(v) for k, v in (unit_groups or {}).items()}
     as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
 
     def emit(table: str, rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
@@ -169,13 +182,27 @@ def make_replay_function(
     def replay(
         key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
     ) -> Iterator[pa.RecordBatch]:
+        def own_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            """In a unit of a family split by group: its groups' rows, and the rows of
+            no group (``streams``) only in the family's lead unit."""
+            if own is None:
+                return rows
+            if rows and "group" in rows[0]:
+                return [r for r in rows if r["group"] in own]
+            return rows if lead else []
+
         replayer = Replayer(
             profile,
             node_max_entries=node_max_entries,
             node_max_bytes=node_max_bytes,
             spill_closed_records=True,
         )
-        family = f"db={key[0].as_py()} family={key[1].as_py()!r}"
+        unit = key[2].as_py() if len(key) > 2 else None
+        own = None if unit is None else groups_of[(key[0].as_py(), key[1].as_py(), unit)]
+        family = f"db={key[0].as_py()} family={key[1].as_py()!r}" + (
+            "" if own is None else f" groups={sorted(own)}"
+        )
+        lead = True
         last_seq: int | None = None
         # outcomes of fan-out events: rows drained per batch, counts kept for the stats
         fanout_outcomes: list[dict[str, Any]] = []
@@ -186,7 +213,10 @@ def make_replay_function(
             cols = batch.to_pydict()
             markers = cols.get("marker") or [False] * batch.num_rows
             states = cols.get("state") or [None] * batch.num_rows
-            for seq, ts_ms, argv, db, client, fanout, marker, saved in zip(
+            silents = cols.get("silent") or [False] * batch.num_rows
+            if "lead" in cols and batch.num_rows:
+                lead = bool(cols["lead"][0])
+            for seq, ts_ms, argv, db, client, fanout, marker, saved, silent in zip(
                 cols["seq"],
                 cols["ts_ms"],
                 cols["argv"],
@@ -195,6 +225,7 @@ def make_replay_function(
                 cols["fanout"],
                 markers,
                 states,
+                silents,
                 strict=True,
             ):
                 if saved is not None:
@@ -225,6 +256,10 @@ def make_replay_function(
                 if marker:
                     replayer.client_activity(ts_ms, client)
                     continue
+                if silent:
+                    # a stream-level command in a group's unit: the lead unit counts it
+                    counted = replayer.counters, replayer.notes
+                    replayer.counters, replayer.notes = Counters(), {}
                 try:
                     outcome = replayer.apply(seq, ts_ms, argv, db, client)
                 except Exception as exc:
@@ -232,6 +267,11 @@ def make_replay_function(
                         f"replay of {family} failed at the event "
                         f"{_describe_row(seq, ts_ms, argv, db)}: {type(exc).__name__}: {exc}"
                     ) from exc
+                finally:
+                    if silent:
+                        replayer.counters, replayer.notes = counted
+                if silent:
+                    continue
                 if fanout:
                     replayer.counters.commands[command_name(argv)] -= 1
                     kind_error = (outcome.kind, outcome.error)
@@ -245,20 +285,20 @@ def make_replay_function(
                             "stat_count": 1,
                         }
                     )
-            changes = replayer.drain_changes()
+            changes = own_rows(replayer.drain_changes())
             for row in changes:
                 row.update(as_of)
             yield from emit("ownership_changes", changes)
-            versions = replayer.drain_pel_history()
+            versions = own_rows(replayer.drain_pel_history())
             for row in versions:
                 row.update(as_of)
             yield from emit("pel_history", versions)
-            yield from emit("delivery_segments", replayer.drain_delivery_segments())
-            yield from emit("group_incarnations", replayer.drain_group_incarnations())
+            yield from emit("delivery_segments", own_rows(replayer.drain_delivery_segments()))
+            yield from emit("group_incarnations", own_rows(replayer.drain_group_incarnations()))
             yield from emit("outcome", fanout_outcomes)
             fanout_outcomes = []
         for table, rows in replayer.snapshot(as_of_ms, as_of_seq).items():
-            yield from emit(table, rows)
+            yield from emit(table, own_rows(rows))
         yield from emit("stats", _stat_rows(replayer, fanout_counts))
         if keep_state:
             # the open records were emitted as segments: the saved model counts anew

@@ -210,24 +210,28 @@ def test_replay_plan_has_one_shuffle_and_one_sort_by_seq(spark: SparkSession) ->
             "client": None,
             "fanout": False,
             "family": f"k{i % 3}",
+            "unit": None if i % 3 else str(i % 2),
         }
         for i in range(1, 30)
     ]
     routed = spark.createDataFrame(
         rows,
         "seq long, ts_ms long, argv array<string>, db int, client string, "
-        "fanout boolean, family string",
+        "fanout boolean, family string, unit string",
     )
-    out = replay_stage(routed, "7.0", 100, 29, 2)
+    units = {(0, "k0", "0"): ["g0"], (0, "k0", "1"): ["g1"]}
+    out = replay_stage(routed, "7.0", 100, 29, 2, unit_groups=units)
     plan = out._jdf.queryExecution().executedPlan().toString()
     lines = plan.splitlines()
     exchanges = [line for line in lines if "Exchange" in line]
     sorts = [line for line in lines if "Sort [" in line]
     assert len(exchanges) == 1, plan
-    assert "hashpartitioning(db" in exchanges[0] and "family" in exchanges[0], plan
+    assert "hashpartitioning(db" in exchanges[0], plan
+    assert "family" in exchanges[0] and "unit" in exchanges[0], plan
     assert len(sorts) == 1, plan
     assert "seq" in sorts[0], plan
-    assert out.filter("table = 'streams'").count() == 3
+    # k1, k2 whole; k0 split in two units (g0, g1): each has its own streams row
+    assert out.filter("table = 'streams'").count() == 4
 
 
 def test_replay_refuses_seq_going_backwards() -> None:
@@ -325,3 +329,74 @@ def test_node_limits_reach_the_replay(spark: SparkSession) -> None:
     result.unpersist()
     assert (model_length(3), model_length(100)) == (4, 10)  # the limit matters here
     assert got == model_length(3)
+
+
+SPLIT_EXTRA = [  # (argv, client): a client blocked on one group that reads another
+    (["XGROUP", "CREATE", "m", "g1", "$", "MKSTREAM"], None),
+    (["XGROUP", "CREATE", "m", "g2", "$"], None),
+    (["XGROUP", "CREATE", "m", "g3", "0"], None),
+    (["XREADGROUP", "GROUP", "g1", "a", "BLOCK", "0", "STREAMS", "m", ">"], "c9"),
+    (["XREADGROUP", "GROUP", "g2", "b", "STREAMS", "m", ">"], "c9"),
+    (["XREADGROUP", "GROUP", "g3", "b", "BLOCK", "0", "STREAMS", "m", ">"], "c8"),
+    (["XADD", "m", "5-0", "f", "v"], "p"),
+    (["XREADGROUP", "GROUP", "g1", "a", "STREAMS", "m", ">"], "c7"),
+    (["XGROUP", "DESTROY", "m", "g2"], None),
+    (["XACK", "m", "g3", "5-0"], "c8"),
+    (["XADD", "m", "6-0", "f", "v"], "p"),
+    (["XREADGROUP", "GROUP", "g2", "x", "STREAMS", "m", ">"], "c6"),  # NOGROUP now
+    (["XCLAIM", "m", "g1", "z", "0", "5-0", "6-0"], "c5"),
+    (["XADD", "n", "1-0", "f", "v"], None),
+    (["XGROUP", "CREATE", "n", "g1", "0"], None),
+    (["XGROUP", "CREATE", "n", "g2", "0"], None),
+    (["XREADGROUP", "GROUP", "g1", "a", "STREAMS", "n", ">"], None),
+    (["XREADGROUP", "GROUP", "g2", "a", "STREAMS", "n", ">"], None),
+    (["RENAME", "n", "n2"], None),
+    (["XACK", "n2", "g2", "1-0"], None),
+    (["XTRIM", "m", "MAXLEN", "0"], None),
+    (["XAUTOCLAIM", "m", "g1", "y", "0", "0-0"], None),
+    (["DEL", "n2", "m"], None),
+]
+
+
+def _split_workload() -> list[dict[str, Any]]:
+    """Few keys, so every stream has several groups, plus SPLIT_EXTRA."""
+    rows = list(generate_events(3000, 3, seed=5))
+    seq = max(r["seq"] or 0 for r in rows)
+    ts = max(r["ts_ms"] or 0 for r in rows)
+    for argv, client in [*SPLIT_EXTRA, *((a, None) for a, db in EXTRA if db == 0)]:
+        seq += 1
+        ts += 3
+        rows.append(
+            {"seq": seq, "ts_ms": ts, "argv": argv, "db": 0, "client": client, "source": "t"}
+        )
+    return rows
+
+
+@pytest.mark.parametrize("partitions", [2, 8])
+def test_split_by_group_equals_one_replay(spark: SparkSession, partitions: int) -> None:
+    """Every stream with 2+ groups replayed as up to ``partitions`` tasks (2: several
+    groups per task; 8: one group per task): the tables and the counts are those of
+    one replay of everything in seq order."""
+    rows = _split_workload()
+    events = spark.createDataFrame(rows, EVENTS_SCHEMA)
+    options = ReconstructOptions(profile="7.0", split_groups=2, partitions=partitions)
+    result = reconstruct(spark, events, options)
+    split = result.report["split_by_group"]
+    assert split["families_split"] >= 3, split
+    # partitions 2: two tasks per split family; 8: one per group (3+ groups somewhere)
+    if partitions == 2:
+        assert split["units"] == 2 * split["families_split"], split
+    else:
+        assert split["units"] > 2 * split["families_split"], split
+    expected = _expected(spark, _valid(rows))
+    for table in OUTPUT_TABLES:
+        assert_df_equality(
+            result.tables[table], expected[table], ignore_row_order=True, ignore_nullable=True
+        )
+    counters = expected["_counters"]
+    events_report = result.report["events"]
+    assert events_report["applied"] == counters.applied
+    assert events_report["failed"] == counters.failed
+    assert events_report["valid"] == len(_valid(rows))
+    assert sum(events_report["by_command"].values()) == len(_valid(rows))
+    result.unpersist()
