@@ -122,11 +122,14 @@ class InputContractError(ValueError):
     """The events table does not follow the input contract (events.md)."""
 
 
-def _persist(df: DataFrame, kept: list[DataFrame]) -> DataFrame:
-    """``df`` persisted (MEMORY_AND_DISK) and added to ``kept``; where the platform refuses
-    caching (Databricks serverless) ``df`` as it is: recomputed when used again."""
+def _persist(
+    df: DataFrame, kept: list[DataFrame], level: StorageLevel = StorageLevel.MEMORY_AND_DISK
+) -> DataFrame:
+    """``df`` persisted (MEMORY_AND_DISK unless ``level``) and added to ``kept``; where the
+    platform refuses caching (Databricks serverless) ``df`` as it is: recomputed when used
+    again."""
     try:
-        persisted = df.persist(StorageLevel.MEMORY_AND_DISK)
+        persisted = df.persist(level)
     except Exception as exc:
         if "NOT_SUPPORTED_WITH_SERVERLESS" not in str(exc):
             raise
@@ -936,6 +939,10 @@ def reconstruct(
     )
     snap_ms, snap_seq = as_of_ms if as_of_ms is not None else 0, as_of_seq or 0
     progress(f"replaying through the {profile} model in {partitions} partitions")
+    # DISK_ONLY: the replay output (every history row) is the largest thing cached; a
+    # MEMORY_AND_DISK block spilled to disk is read back into the heap whole, and a block
+    # of a few GB (10M events in 4 partitions) then ends the JVM with OutOfMemoryError.
+    # From disk it is streamed.
     replayed = _persist(
         replay_stage(
             rows,
@@ -950,6 +957,7 @@ def reconstruct(
             unit_groups=unit_groups,
         ),
         persisted,
+        StorageLevel.DISK_ONLY,
     )
     tables = {
         name: replayed.filter(F.col("table") == name).select(*TABLE_COLUMNS[name])
