@@ -1004,6 +1004,11 @@ def test_scenario_names_are_unique() -> None:
     assert len(names) == len(set(names))
 
 
+def _max_span_ms(records: list) -> int:  # noqa: ANN001
+    """The widest gap between the TIME probes around a non-blocking command."""
+    return max((r.ts_after_ms - r.ts_ms for r in records if r.note != "blocked"), default=0)
+
+
 def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -> None:  # noqa: ANN001
     """Every scenario (but the known gaps) in ONE events table through ``reconstruct``.
 
@@ -1024,8 +1029,13 @@ def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -
     truth: dict[str, list[dict]] = {t: [] for t in TABLES}
     offset = 0
     for i, scenario in enumerate(chosen):
-        redis_server.flushall()
-        run = run_scenario(redis_server, scenario)
+        for _attempt in range(5):
+            redis_server.flushall()
+            run = run_scenario(redis_server, scenario)
+            # the server stalled between a command and its TIME probes (a loaded machine):
+            # that command's own time is unknown, capture the scenario again
+            if _max_span_ms(run.records) <= 1:
+                break
         for r in run.records:
             r.seq += offset
             r.db = 100 * i + r.db

@@ -117,6 +117,16 @@ def test_job_equals_one_replay_in_seq_order(
     )
 
 
+def test_replay_output_is_cached_on_disk_only(job: Any) -> None:
+    """MEMORY_AND_DISK reads a spilled block back into the heap whole: at 10M events in
+    4 partitions (blocks of ~2 GB) that ended the JVM with OutOfMemoryError."""
+    from pyspark import StorageLevel
+
+    levels = [df.storageLevel for df in job._persisted]
+    assert levels.count(StorageLevel.DISK_ONLY) == 1, levels
+    assert levels[-1] == StorageLevel.DISK_ONLY, levels  # the last cached: the replay output
+
+
 def test_pel_history_open_versions_are_the_pel(job: Any) -> None:
     history = job.tables["pel_history"]
     fields = [c for c in TABLE_COLUMNS["pel"] if c != "idle_ms"]
