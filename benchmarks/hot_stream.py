@@ -66,6 +66,25 @@ def label(n: int) -> str:
     return str(n)
 
 
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    """The options of the hot-stream workload and its run (shared with many_groups.py)."""
+    parser.add_argument("--count", type=int, default=10, help="entries per cycle and per read")
+    parser.add_argument("--maxlen", type=int, default=10_000)
+    parser.add_argument("--ack-lag", type=int, default=10, help="cycles before an ack")
+    parser.add_argument("--straggler-lag", type=int, default=200, help="cycles, multiple of 5")
+    parser.add_argument("--profile", default="7.0")
+    parser.add_argument("--conf", default="conf/bench.yaml", help="conf overlay (driver memory)")
+    parser.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
+
+
+def save_json(result: dict[str, Any], path: str) -> None:
+    """Write a benchmark's result as JSON (creating the directory) and say where."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(result, fh, indent=1, default=str)
+    print(f"written {path}")
+
+
 def hot_stream_events(spark: Any, n_events: int, args: argparse.Namespace) -> Any:
     """The events DataFrame (contract columns) of one hot stream, about ``n_events`` rows."""
     from pyspark.sql import functions as F
@@ -349,15 +368,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", default="20M", help="events (1M, 300k, ...)")
     parser.add_argument("--series", default=None, help="several sizes, e.g. 1M,5M,20M")
-    parser.add_argument("--count", type=int, default=10, help="entries per cycle and per read")
     parser.add_argument("--groups", type=int, default=2)
-    parser.add_argument("--maxlen", type=int, default=10_000)
-    parser.add_argument("--ack-lag", type=int, default=10, help="cycles before an ack")
-    parser.add_argument("--straggler-lag", type=int, default=200, help="cycles, multiple of 5")
-    parser.add_argument("--profile", default="7.0")
+    add_workload_args(parser)
     parser.add_argument("--interval", type=float, default=0.5, help="RSS sampling period (s)")
-    parser.add_argument("--conf", default="conf/bench.yaml", help="conf overlay (driver memory)")
-    parser.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the output tables")
     parser.add_argument("--tag", default="", help="a note stored in the JSON (e.g. 'baseline')")
     parser.add_argument(
@@ -418,10 +431,7 @@ def main() -> int:
     path = args.json or os.path.join(
         "benchmarks", "results", f"hot-stream-{'-'.join(summary)}-{stamp}.json"
     )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(result, fh, indent=1, default=str)
-    print(f"written {path}")
+    save_json(result, path)
     if not args.dir:
         shutil.rmtree(work, ignore_errors=True)
     spark.stop()

@@ -30,7 +30,13 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from hot_stream import hot_stream_events, label, parse_size  # noqa: E402
+from hot_stream import (  # noqa: E402
+    add_workload_args,
+    hot_stream_events,
+    label,
+    parse_size,
+    save_json,
+)
 
 
 def say(msg: str) -> None:
@@ -55,13 +61,7 @@ def main() -> int:
     parser.add_argument("--events", default="1M", help="events (1M, 300k, ...)")
     parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--split-groups", type=int, default=4, help="threshold of the split run")
-    parser.add_argument("--count", type=int, default=10, help="entries per cycle and per read")
-    parser.add_argument("--maxlen", type=int, default=10_000)
-    parser.add_argument("--ack-lag", type=int, default=10, help="cycles before an ack")
-    parser.add_argument("--straggler-lag", type=int, default=200, help="cycles, multiple of 5")
-    parser.add_argument("--profile", default="7.0")
-    parser.add_argument("--conf", default="conf/bench.yaml", help="conf overlay (driver memory)")
-    parser.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
+    add_workload_args(parser)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.groups < 2 or args.split_groups > args.groups:
@@ -164,10 +164,7 @@ def main() -> int:
     path = args.json or os.path.join(
         "benchmarks", "results", f"many-groups-{label(n_rows)}-{args.groups}g-{stamp}.json"
     )
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(result, fh, indent=1, default=str)
-    print(f"written {path}")
+    save_json(result, path)
     if not args.dir:
         shutil.rmtree(work, ignore_errors=True)
     spark.stop()

@@ -20,8 +20,11 @@ SCOPE_NONE = "none"
 _SINGLE_KEY = frozenset({"XADD", "XTRIM", "XDEL", "XCLAIM", "XAUTOCLAIM", "XACK", "XSETID"})
 
 
-def xreadgroup_keys(argv: Sequence[str]) -> list[str]:
-    """The stream keys of an XREADGROUP, found the way the server parses its options."""
+def parse_xreadgroup(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """(group, keys) of an XREADGROUP, found the way the server parses its options:
+    the last ``GROUP <group> <consumer>`` before STREAMS wins; the keys are the first half
+    of what follows STREAMS (none when that is odd or missing)."""
+    group = None
     i = 1
     argc = len(argv)
     while i < argc:
@@ -30,15 +33,20 @@ def xreadgroup_keys(argv: Sequence[str]) -> list[str]:
         if low in ("block", "count") and moreargs:
             i += 2
         elif low == "streams" and moreargs:
-            rest = argc - i - 1
-            if rest % 2:
-                return []
-            return list(argv[i + 1 : i + 1 + rest // 2])
+            if moreargs % 2:
+                return group, []
+            return group, list(argv[i + 1 : i + 1 + moreargs // 2])
         elif low == "group" and moreargs >= 2:
+            group = argv[i + 1]
             i += 3
         else:
             i += 1
-    return []
+    return group, []
+
+
+def xreadgroup_keys(argv: Sequence[str]) -> list[str]:
+    """The stream keys of an XREADGROUP (see ``parse_xreadgroup``)."""
+    return parse_xreadgroup(argv)[1]
 
 
 def touched_keys(argv: Sequence[str] | None) -> tuple[str, list[str]]:
@@ -102,24 +110,8 @@ _XGROUP_STREAM_LEVEL = frozenset({"CREATE", "DESTROY"})
 
 
 def xreadgroup_group(argv: Sequence[str]) -> str | None:
-    """The group an XREADGROUP names (``GROUP <group> <consumer>``; the last one wins, as
-    the server parses it), or None when it names none."""
-    group = None
-    i = 1
-    argc = len(argv)
-    while i < argc:
-        low = argv[i].lower()
-        moreargs = argc - i - 1
-        if low in ("block", "count") and moreargs:
-            i += 2
-        elif low == "streams" and moreargs:
-            break
-        elif low == "group" and moreargs >= 2:
-            group = argv[i + 1]
-            i += 3
-        else:
-            i += 1
-    return group
+    """The group an XREADGROUP names, or None (see ``parse_xreadgroup``)."""
+    return parse_xreadgroup(argv)[0]
 
 
 def command_group(argv: Sequence[str] | None) -> tuple[str | None, bool]:
