@@ -9,16 +9,25 @@ order gives.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from pelengine.generate import generate_events
 from pelengine.model import Replayer
-from pelengine.pipeline import ReconstructOptions, reconstruct, replay_stage
+from pelengine.pipeline import (
+    ReconstructOptions,
+    ReplayPlanError,
+    check_replay_plan,
+    reconstruct,
+    replay_stage,
+    split_by_group,
+)
 from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, TABLE_COLUMNS, table_schema
 from pelengine.spark.udf import SeqOrderError, make_replay_function
 
@@ -242,6 +251,60 @@ def test_replay_plan_has_one_shuffle_and_one_sort_by_seq(spark: SparkSession) ->
     assert "seq" in sorts[0], plan
     # k1, k2 whole; k0 split in two units (g0, g1): each has its own streams row
     assert out.filter("table = 'streams'").count() == 4
+    check_replay_plan(out)
+
+
+def test_replay_plan_without_split_sorts_once_by_seq(spark: SparkSession) -> None:
+    """No family split: ``unit`` is the literal null split_by_group gives, a constant the
+    optimizer drops from the sort. Grouping by it too made Spark add a second sort by
+    (db, family, unit) under the UDF, which loses the seq order once it spills."""
+    rows = (
+        spark.createDataFrame(
+            [
+                {
+                    "seq": i,
+                    "ts_ms": i,
+                    "argv": ["XADD", f"k{i % 3}", f"{i}-1", "f", "v"],
+                    "db": 0,
+                    "client": None,
+                    "fanout": False,
+                    "family": f"k{i % 3}",
+                    "marker": False,
+                }
+                for i in range(1, 30)
+            ],
+            "seq long, ts_ms long, argv array<string>, db int, client string, "
+            "fanout boolean, family string, marker boolean",
+        )
+        .withColumn("group", F.lit(None).cast("string"))
+        .withColumn("group_only", F.lit(False))
+    )
+    whole, stats, units = split_by_group(rows, rows, 4, 2)
+    assert (stats["families_split"], units) == (0, {})
+    out = replay_stage(whole, "7.0", 100, 29, 2, unit_groups=units)
+    check_replay_plan(out)  # raises ReplayPlanError on a second sort
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    assert len([line for line in plan.splitlines() if "Sort [" in line]) == 1, plan
+    assert out.filter("table = 'streams'").count() == 3
+
+
+def test_check_replay_plan_refuses_a_sort_by_keys_alone(spark: SparkSession) -> None:
+    """The guard itself: a plan with a second, keys-only sort under the UDF is refused."""
+    rows = spark.range(1, 30).select(
+        F.col("id").alias("seq"), F.lit(0).alias("db"), F.lit("k").alias("family")
+    )
+
+    def passthrough(key: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from ()
+
+    bad = (
+        rows.repartition(2, "db", "family")
+        .sortWithinPartitions("db", "family", "seq")
+        .groupBy("db", "family")
+        .applyInArrow(passthrough, "seq long")
+    )
+    with pytest.raises(ReplayPlanError, match="would not keep seq order"):
+        check_replay_plan(bad)
 
 
 def test_replay_refuses_seq_going_backwards() -> None:
