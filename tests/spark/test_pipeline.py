@@ -219,24 +219,31 @@ def test_as_of_stops_the_replay(spark: SparkSession) -> None:
     by_seq.unpersist()
 
 
-def test_replay_plan_has_one_shuffle_and_one_sort_by_seq(spark: SparkSession) -> None:
-    rows = [
-        {
-            "seq": i,
-            "ts_ms": i,
-            "argv": ["XADD", f"k{i % 3}", f"{i}-1", "f", "v"],
-            "db": 0,
-            "client": None,
-            "fanout": False,
-            "family": f"k{i % 3}",
-            "unit": None if i % 3 else str(i % 2),
-        }
-        for i in range(1, 30)
-    ]
-    routed = spark.createDataFrame(
-        rows,
+def _xadds_to_three_streams(spark: SparkSession) -> Any:
+    """29 routed XADD rows, seq 1..29, to k0, k1, k2 in turn (db 0, no client)."""
+    return spark.createDataFrame(
+        [
+            {
+                "seq": i,
+                "ts_ms": i,
+                "argv": ["XADD", f"k{i % 3}", f"{i}-1", "f", "v"],
+                "db": 0,
+                "client": None,
+                "fanout": False,
+                "family": f"k{i % 3}",
+            }
+            for i in range(1, 30)
+        ],
         "seq long, ts_ms long, argv array<string>, db int, client string, "
-        "fanout boolean, family string, unit string",
+        "fanout boolean, family string",
+    )
+
+
+def test_replay_plan_has_one_shuffle_and_one_sort_by_seq(spark: SparkSession) -> None:
+    # k0 (seq a multiple of 3) split in units "0"/"1" by seq parity; k1, k2 whole
+    seq = F.col("seq")
+    routed = _xadds_to_three_streams(spark).withColumn(
+        "unit", F.when(seq % 3 == 0, (seq % 2).cast("string"))
     )
     units = {(0, "k0", "0"): ["g0"], (0, "k0", "1"): ["g1"]}
     out = replay_stage(routed, "7.0", 100, 29, 2, unit_groups=units)
@@ -259,23 +266,8 @@ def test_replay_plan_without_split_sorts_once_by_seq(spark: SparkSession) -> Non
     optimizer drops from the sort. Grouping by it too made Spark add a second sort by
     (db, family, unit) under the UDF, which loses the seq order once it spills."""
     rows = (
-        spark.createDataFrame(
-            [
-                {
-                    "seq": i,
-                    "ts_ms": i,
-                    "argv": ["XADD", f"k{i % 3}", f"{i}-1", "f", "v"],
-                    "db": 0,
-                    "client": None,
-                    "fanout": False,
-                    "family": f"k{i % 3}",
-                    "marker": False,
-                }
-                for i in range(1, 30)
-            ],
-            "seq long, ts_ms long, argv array<string>, db int, client string, "
-            "fanout boolean, family string, marker boolean",
-        )
+        _xadds_to_three_streams(spark)
+        .withColumn("marker", F.lit(False))
         .withColumn("group", F.lit(None).cast("string"))
         .withColumn("group_only", F.lit(False))
     )
