@@ -60,7 +60,7 @@ def test_manifest_order_db_and_times(tmp_path: Path) -> None:
         (2, 1000, 0, "XADD"),
         (3, 2000, 3, "SELECT"),
         (4, 2000, 3, "XADD"),
-        (5, 2000, 3, "MULTI"),
+        (5, 9000, 3, "MULTI"),  # a unit's rows share its latest time
         (6, 9000, 3, "XCLAIM"),  # never earlier than the row's own TIME
         (7, 9000, 3, "EXEC"),
         (8, 9000, 0, "XACK"),  # every file starts in db 0, as Redis loads it
@@ -75,6 +75,33 @@ def test_manifest_order_db_and_times(tmp_path: Path) -> None:
     assert len(read_aof(str(tmp_path)).rows) == len(
         read_aof(str(d / "appendonly.aof.manifest")).rows
     )
+
+
+@pytest.mark.parametrize("profile", ["7.0", "7.4", "valkey-9.1.2"])
+def test_a_propagated_claim_keeps_its_time_inside_a_unit(tmp_path: Path, profile: str) -> None:
+    """7.2+ gives a unit one "now"; a loading server's is later than every recorded time,
+    so it never clamps a propagated TIME: the delivery time is 1050, not the MULTI's 1000."""
+    from pelengine.model import Replayer
+
+    claim = ["XCLAIM", "s", "g", "c", "0", "1-0", "TIME", "1050"]
+    incr = (
+        resp("XADD", "s", "1-0", "f", "v")
+        + resp("XGROUP", "CREATE", "s", "g", "0")
+        + b"#TS:1\r\n"
+        + resp("MULTI")
+        + resp("SELECT", "0")
+        + resp(*claim, "RETRYCOUNT", "1", "FORCE", "JUSTID", "LASTID", "1-0")
+        + resp("EXEC")
+    )
+    read = read_aof(str(make_dir(tmp_path, b"", incr)))
+    assert [r["ts_ms"] for r in read.rows[2:]] == [1050] * 4
+    replayer = Replayer(profile)
+    for r in read.rows:
+        replayer.apply(r["seq"], r["ts_ms"], r["argv"], r["db"], r["client"])
+    pel = replayer.snapshot(1050, read.rows[-1]["seq"])["pel"]
+    assert [(p["id"], p["consumer"], p["delivery_time_ms"], p["delivery_count"]) for p in pel] == [
+        ("1-0", "c", 1050, 1)
+    ]
 
 
 def test_cut_off_tail_and_unfinished_multi_wait_for_the_rest(tmp_path: Path) -> None:

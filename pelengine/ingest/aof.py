@@ -33,10 +33,18 @@ the commands one propagated command became).
   ``ceiling_ms`` (the ingesting machine's clock: an ID from the future is an
   explicit ID, not a time).
 
+The rows of one ``MULTI``/``EXEC`` unit (a delivering ``XREADGROUP``, an
+``XAUTOCLAIM``, a script's effects, a client's transaction) all get the latest
+of those times reached within the unit, its ``EXEC`` included: a 7.2+ server
+gives every command of a unit one "now", and the server that loads the AOF has
+a clock later than every time it recorded, so the unit's one time must not be
+earlier than any absolute time in it.
+
 Why no PEL field can change: in an effects log every delivery time arrives as
 an absolute ``XCLAIM ... TIME``; the replay clamps a ``TIME`` only when it is
-later than the row's ``ts_ms``, and ``ts_ms`` is never earlier than any
-absolute time in its row, so nothing is clamped; min-idle-times are 0 in
+later than the command's "now" (the row's ``ts_ms``; on 7.2+ inside a unit,
+the unit's first row's), and that is never earlier than any absolute time in
+its row or its unit, so nothing is clamped; min-idle-times are 0 in
 propagated claims (always satisfied); ``XADD`` IDs are explicit. ``ts_ms``
 therefore only reaches what the AOF does not hold anyway (consumers' seen
 times, ``closed_ms`` of the history tables) and the default ``as_of_ms``.
@@ -511,6 +519,8 @@ def _read_file(
             unit.append(row)
             if name not in ("EXEC", "DISCARD"):
                 continue
+            for unit_row in unit:  # one unit, one clock: the latest time it carries
+                unit_row["ts_ms"] = clock
             rows.extend(unit)
             report.commands += len(unit)
             unit = None
