@@ -12,8 +12,8 @@ from pelengine.ingest.pin import aof_xadd_ids, pin_star_ids
 from pelengine.model.ids import StreamID
 
 
-def row(seq: int, ts_ms: int, *argv: str, db: int = 0) -> dict[str, Any]:
-    return {"seq": seq, "ts_ms": ts_ms, "argv": list(argv), "db": db, "client": "c"}
+def row(seq: int, ts_ms: int, *argv: str, db: int = 0, client: str = "c") -> dict[str, Any]:
+    return {"seq": seq, "ts_ms": ts_ms, "argv": list(argv), "db": db, "client": client}
 
 
 def aof(*argv: str, db: int = 0) -> dict[str, Any]:
@@ -92,3 +92,39 @@ def test_a_stream_whose_top_is_ahead_of_the_clock() -> None:
     )
     assert rows[1]["argv"][2] == "500-4"
     assert (stats.pinned, stats.moved) == (1, 0)
+
+
+# 7.2+ reads the clock once per execution unit, before its first command: the window of
+# an XADD '*' inside a unit opens at the line before the unit, not the line before it.
+TRANSACTION = [
+    row(1, 100, "PING", client="b"),
+    row(2, 101, "MULTI"),
+    row(3, 105, "XACK", "s", "g", "9-9"),  # the first queued command's line
+    row(4, 107, "XADD", "s", "*", "f", "v"),
+    row(5, 107, "EXEC"),
+]
+SCRIPT = [
+    row(1, 100, "PING", client="b"),
+    row(2, 103, "EVAL", "busy loop; two XADDs", "1", "s"),  # fed after the clock read
+    row(3, 106, "XADD", "s", "*", "f", "v", client="lua"),
+    row(4, 107, "XADD", "s", "*", "f", "v", client="lua"),
+]
+
+
+def _pinned(rows: list[dict[str, Any]], aof_ids: list[str], profile: str) -> list[str]:
+    rows = [dict(r, argv=list(r["argv"])) for r in rows]
+    pin_star_ids(rows, [aof("XADD", "s", i, "f", "v") for i in aof_ids], profile=profile)
+    return [r["argv"][2] for r in rows if r["argv"][0] == "XADD"]
+
+
+def test_an_xadd_in_a_transaction_is_pinned_from_the_units_window_on_7_4() -> None:
+    # the unit's clock read 104, after the line before the unit's first command (101)
+    assert _pinned(TRANSACTION, ["104-0"], "7.4") == ["104-0"]
+    # 7.0 reads the clock at the XADD itself: 104 lies before the line before it (105)
+    assert _pinned(TRANSACTION, ["104-0"], "7.0") == ["*"]
+
+
+def test_a_scripts_xadds_are_pinned_from_the_scripts_window_on_7_4() -> None:
+    assert _pinned(SCRIPT, ["102-0", "102-1"], "7.4") == ["102-0", "102-1"]
+    assert _pinned(SCRIPT, ["102-0", "102-1"], "7.0") == ["*", "*"]
+    assert _pinned(SCRIPT, ["106-0", "107-0"], "7.0") == ["106-0", "107-0"]

@@ -37,6 +37,7 @@ from typing import Any
 from pelengine.ingest.aof import xadd_id_position
 from pelengine.model import Replayer
 from pelengine.model.ids import ParseError, StreamID, parse_id
+from pelengine.model.replay import LUA_CLIENT, SCRIPT_CALLS
 from pelengine.model.state import Stream
 
 # how far below the line's millisecond the first row of a capture may look (it has
@@ -93,6 +94,45 @@ def _candidates(last: StreamID, lo_ms: int, hi_ms: int) -> list[StreamID]:
     return out
 
 
+class UnitWindows:
+    """Where a command's clock read lies, between which capture lines (ms, inclusive).
+
+    A line is stamped after its command ran and commands run one at a time, so a
+    command read its clock between the line before it and its own line. 7.2+ reads
+    the clock once per execution unit, before the unit's first command: for every
+    command of a ``MULTI``/``EXEC`` unit the window is the one of the unit's first
+    queued command (MONITOR shows them when ``EXEC`` runs them); for a script's
+    commands (client ``lua``, after their ``EVAL``/``FCALL`` line, which MONITOR
+    feeds once the script's clock was read) it is the window of the script's line.
+    The same units as the replay's (``Replayer._unit_now``).
+    """
+
+    def __init__(self, snapshot: bool) -> None:
+        self.snapshot = snapshot
+        self.prev_ms: int | None = None
+        self.units: dict[str | None, tuple[int, int] | None] = {}
+        self.script: tuple[int, int] | None = None
+
+    def clock_window(self, argv: list[str], ts_ms: int, client: str | None) -> tuple[int, int]:
+        """The window of this row's command (rows in capture order, each once)."""
+        prev, self.prev_ms = self.prev_ms, ts_ms
+        window = (min(prev, ts_ms) if prev is not None else ts_ms - FIRST_ROW_WINDOW_MS, ts_ms)
+        if not self.snapshot:
+            return window
+        if client == LUA_CLIENT:
+            return self.script or window
+        name = argv[0].upper() if argv else ""
+        if name == "MULTI":
+            self.units[client] = None
+        elif name in ("EXEC", "DISCARD"):
+            self.units.pop(client, None)
+        elif client in self.units:
+            window = self.units[client] or window
+            self.units[client] = window
+        self.script = window if name in SCRIPT_CALLS else None
+        return window
+
+
 def pin_star_ids(
     rows: list[dict[str, Any]],
     aof_rows: Iterable[dict[str, Any]],
@@ -105,15 +145,14 @@ def pin_star_ids(
     stats = PinStats(aof_ids=sum(len(v) for v in ids.values()))
     # only the streams' IDs matter here: closed delivery records are spilled and dropped
     replayer = Replayer(profile, record_changes=False, spill_closed_records=True)
-    prev_ms: int | None = None
+    windows = UnitWindows(replayer.profile.unit_time_snapshot)
     for row in rows:
         replayer.drain_delivery_segments()
         replayer.drain_group_incarnations()
         argv = row["argv"]
         ts_ms = row["ts_ms"]
         db = row.get("db") or 0
-        lo_ms = min(prev_ms, ts_ms) if prev_ms is not None else ts_ms - FIRST_ROW_WINDOW_MS
-        prev_ms = ts_ms
+        lo_ms, hi_ms = windows.clock_window(argv, ts_ms, row.get("client"))
         star_at = None
         if len(argv) > 2 and argv[0].upper() == "XADD":
             pos = xadd_id_position(argv)
@@ -126,7 +165,7 @@ def pin_star_ids(
         current = replayer.lookup_any(db, key)
         last = current.last_id if isinstance(current, Stream) else StreamID(0, 0)
         known = ids.get((db, key), set())
-        found = next((c for c in _candidates(last, lo_ms, ts_ms) if c in known), None)
+        found = next((c for c in _candidates(last, lo_ms, hi_ms) if c in known), None)
         pinned = argv
         if found is not None:
             pinned = [*argv[:star_at], str(found), *argv[star_at + 1 :]]
@@ -147,7 +186,8 @@ def pin_star_ids(
             continue
         row["argv"] = pinned
         stats.pinned += 1
-        derived = _candidates(last, ts_ms, ts_ms)[0]
+        derived = _candidates(last, hi_ms, hi_ms)[0]  # what the replay makes of '*'
+
         if found != derived:
             stats.moved += 1
             stats.moved_seqs.append(row["seq"])
