@@ -43,7 +43,7 @@ from pyspark.sql.window import Window
 
 from pelengine import storage
 from pelengine.model.delivery import INCARNATION_COLUMNS, PRIOR_SEGMENT_N, SEGMENT_COLUMNS
-from pelengine.model.replay import get_profile
+from pelengine.model.replay import LUA_CLIENT, SCRIPT_CALLS, get_profile
 from pelengine.spark.schemas import (
     EVENTS_SCHEMA,
     OPTIONAL_EVENT_COLUMNS,
@@ -258,6 +258,42 @@ def unit_time(valid: DataFrame, open_units: dict[str, int | None] | None = None)
         "ts_ms", F.when(F.col("_unit").isNotNull(), first_ts).otherwise(F.col("ts_ms"))
     ).drop("_unit")
     return out.filter(F.col("seq") > _SYNTHETIC_SEQ + 1) if open_units else out
+
+
+def script_time(valid: DataFrame) -> DataFrame:
+    """7.2+: the commands a script ran (rows of client ``lua``, as MONITOR shows them,
+    right after the ``EVAL``/``EVALSHA``/``FCALL`` row that ran them) share the script
+    row's time; ``valid`` has been through ``unit_time`` (a script inside MULTI has the
+    unit's time).
+
+    The same rule as the model's (``Replayer._unit_now``): a ``lua`` row takes the time
+    of the nearest row before it that is not a ``lua`` row when that row runs a script,
+    and keeps its own otherwise. That needs the rows in their global order: only when
+    the log has ``lua`` rows, over (seq, ts, two flags), the times joined back by seq.
+    """
+    is_lua = F.coalesce(F.col("client") == F.lit(LUA_CLIENT), F.lit(False))
+    if valid.filter(is_lua).limit(1).count() == 0:
+        return valid
+    narrow = valid.select(
+        "seq",
+        "ts_ms",
+        is_lua.alias("_lua"),
+        F.upper(F.col("argv")[0]).isin(*sorted(SCRIPT_CALLS)).alias("_call"),
+    )
+    upto = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    anchor = F.last(
+        F.when(~F.col("_lua"), F.struct(F.col("_call").alias("call"), F.col("ts_ms").alias("ts"))),
+        ignorenulls=True,
+    ).over(upto)
+    times = (
+        narrow.withColumn("_anchor", anchor)
+        .filter(F.col("_lua") & F.col("_anchor.call"))
+        .select(F.col("seq").alias("_script_seq"), F.col("_anchor.ts").alias("_script_ts"))
+    )
+    joined = valid.join(times, valid["seq"] == times["_script_seq"], "left")
+    return joined.withColumn("ts_ms", F.coalesce(F.col("_script_ts"), F.col("ts_ms"))).select(
+        *valid.columns
+    )
 
 
 def _open_unit_rows(valid: DataFrame, open_units: dict[str, int | None]) -> DataFrame:
@@ -919,7 +955,7 @@ def reconstruct(
     valid, stop_seq = cut_as_of(valid, options.as_of_ms, options.as_of_seq)
     open_units = carry.open_units if carry is not None else None
     if get_profile(profile).unit_time_snapshot:
-        valid = unit_time(valid, open_units)
+        valid = script_time(unit_time(valid, open_units))
     persisted: list[DataFrame] = []
     valid = _persist(valid, persisted)
     if options.incremental:

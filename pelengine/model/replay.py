@@ -12,6 +12,7 @@ each pending entry (``pel_history``: what the PEL showed, from when to when).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,7 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class Profile:
-    """Behaviour that differs between Redis versions (see semantics.md)."""
+    """Behaviour that differs between server versions (see docs/redis-semantics.md)."""
 
     name: str
     active_time: bool
@@ -53,14 +54,64 @@ PROFILES: dict[str, Profile] = {
 PROFILES["7.2"] = PROFILES["7.4"]
 
 
+@dataclass(frozen=True)
+class ServerFamily:
+    """Server versions one profile describes, and how that is known."""
+
+    server: str  # "redis" or "valkey"
+    major_minor: tuple[int, int]
+    profile: str
+    basis: str
+
+
+# Every server version a profile is known to describe. "measured": the live differential
+# suite runs it (tests/redis_diff); "source": read from the server's source, checked elsewhere.
+SERVER_FAMILIES: tuple[ServerFamily, ...] = (
+    ServerFamily("redis", (7, 0), "7.0", "measured live against Redis 7.0.15"),
+    ServerFamily("redis", (7, 2), "7.4", "the 7.2+ family, from the server's source"),
+    ServerFamily("redis", (7, 4), "7.4", "the 7.2+ family, from the server's source"),
+    ServerFamily("valkey", (8, 1), "7.4", "measured live against Valkey 8.1.8"),
+    ServerFamily("valkey", (9, 1), "7.4", "measured live against Valkey 9.1.2"),
+)
+
+_VERSION = re.compile(
+    r"^(?:(?P<server>redis|valkey)[-_ ]?(?:v(?:ersion)?)?[-_ ]?)?"
+    r"(?P<major>\d+)\.(?P<minor>\d+)(?:\.(?P<patch>\d+))?$",
+    re.IGNORECASE,
+)
+
+
+def known_versions() -> str:
+    """The accepted ``--redis-version`` values, for messages."""
+    names = ", ".join(sorted(p for p in PROFILES))
+    families = ", ".join(
+        f"{f.server}-{f.major_minor[0]}.{f.major_minor[1]}.x" for f in SERVER_FAMILIES
+    )
+    return f"profile names {names}; server versions {families}"
+
+
+def resolve_profile(version: str) -> tuple[Profile, str]:
+    """The profile for a profile name ("7.0", "7.4") or a server version as the server
+    reports it ("7.0.15", "7.4.1", "valkey-9.1.2", "redis-7.2"), with the reason."""
+    text = str(version).strip()
+    if text in PROFILES:
+        return PROFILES[text], f"profile {text} named"
+    match = _VERSION.match(text)
+    if match is not None:
+        server = (match["server"] or "redis").lower()
+        wanted = (int(match["major"]), int(match["minor"]))
+        for family in SERVER_FAMILIES:
+            if family.server == server and family.major_minor == wanted:
+                return PROFILES[family.profile], f"{text}: {family.basis}"
+    raise ValueError(
+        f"unknown Redis version {version!r}: no profile is known to describe it. "
+        f"Known: {known_versions()}"
+    )
+
+
 def get_profile(name: str) -> Profile:
-    """The profile for a Redis version name ("7.0", "7.2" or "7.4")."""
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown Redis version profile {name!r}; choose one of 7.0, 7.4"
-        ) from None
+    """The profile for a profile name or a server version (see ``resolve_profile``)."""
+    return resolve_profile(name)[0]
 
 
 @dataclass
@@ -149,6 +200,11 @@ OTHER_WRITERS: dict[str, tuple[Handler, int]] = {
 # model cannot tell a missing key from a key of another type it never saw).
 KEYSPACE_COMMANDS = frozenset({"DEL", "UNLINK", "RENAME", "RENAMENX", "FLUSHDB", "FLUSHALL"})
 
+# Commands that run a script: the commands it runs follow as rows of client ``lua``.
+SCRIPT_CALLS = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"})
+# The client MONITOR names for the commands a script runs ("[0 lua]").
+LUA_CLIENT = "lua"
+
 # Stream commands of newer Redis versions: unknown to the profiles modelled here.
 NEWER_STREAM_COMMANDS = frozenset({"XACKDEL", "XDELEX", "XNACK"})
 
@@ -219,17 +275,7 @@ class Replayer:
         self.last_ts_ms = ts_ms
         if self._blocked:
             self._end_waits(ts_ms, client)
-        if name == "MULTI":
-            self._units[client] = None
-        elif name in ("EXEC", "DISCARD"):
-            self._units.pop(client, None)
-        elif client in self._units and self.profile.unit_time_snapshot:
-            # 7.2+: one time snapshot per execution unit (its first command's time)
-            unit_now = self._units[client]
-            if unit_now is None:
-                self._units[client] = ts_ms
-            else:
-                ts_ms = unit_now
+        ts_ms = self._unit_now(name, ts_ms, client)
         entry = STREAM_COMMANDS.get(name)
         is_stream = entry is not None
         if entry is None:
@@ -262,6 +308,38 @@ class Replayer:
             return Outcome("applied")
         counters.ignored += 1
         return Outcome("ignored")
+
+    # the clock of the script whose ``lua`` rows follow (see ``_unit_now``); a class
+    # default, so that a model saved before scripts were modelled resumes
+    _script_now: int | None = None
+
+    def _unit_now(self, name: str, ts_ms: int, client: str | None) -> int:
+        """The "now" of a command, given the execution unit it belongs to.
+
+        Units: what one client sends between ``MULTI`` and ``EXEC``/``DISCARD``; and a
+        script: its ``EVAL``/``EVALSHA``/``FCALL`` row followed by the rows of the
+        commands it ran, client ``lua`` (as MONITOR shows them). A 7.2+ server reads
+        its clock once per unit, before the unit's first command: every command of the
+        unit sees that one time (a transaction's first command's time; a script's
+        call row's time). 7.0 reads the live clock on every call: rows keep their own.
+        """
+        if client == LUA_CLIENT:
+            if self.profile.unit_time_snapshot and self._script_now is not None:
+                return self._script_now
+            return ts_ms
+        if name == "MULTI":
+            self._units[client] = None
+        elif name in ("EXEC", "DISCARD"):
+            self._units.pop(client, None)
+        elif client in self._units and self.profile.unit_time_snapshot:
+            unit_now = self._units[client]
+            if unit_now is None:
+                self._units[client] = ts_ms
+            else:
+                ts_ms = unit_now
+        # a script's rows follow its call row; any other client's row ends them
+        self._script_now = ts_ms if name in SCRIPT_CALLS else None
+        return ts_ms
 
     def absorb(self, other: Replayer) -> None:
         """Take over ``other``'s keys, closed delivery records (or segments) and waiting clients.
@@ -354,8 +432,8 @@ class Replayer:
     # -- blocked readers -------------------------------------------------------
 
     def in_transaction(self, client: str | None) -> bool:
-        """Whether ``client`` is inside MULTI (where a read may not block)."""
-        return client in self._units
+        """Whether ``client`` is inside MULTI or is a script (where a read may not block)."""
+        return client in self._units or client == LUA_CLIENT
 
     def block(
         self,

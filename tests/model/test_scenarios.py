@@ -1409,6 +1409,48 @@ versioned(
     },
 )
 
+# ... and a script: its call row, then the commands it ran as client "lua" (as MONITOR
+# shows them); on 7.2+ they see the call row's time (1000), on 7.0 each its own.
+_SCRIPT = [
+    *BASE,
+    S(1000, "EVAL script 1 s", "ignored", client="c1"),
+    S(1002, "XREADGROUP GROUP g a COUNT 1 STREAMS s >", client="lua"),
+    S(1004, "XCLAIM s g b 1 1-0", client="lua"),
+    S(1005, "XADD s * f v", client="lua"),
+]
+versioned(
+    "script_commands_share_the_call_rows_now_on_7_2",
+    _SCRIPT,
+    {
+        "7.0": {"pel": pel(("1-0", "b", 1004, 2)), "streams": {("s",): (4, "1005-0", "0-0", 4)}},
+        "7.4": {"pel": pel(("1-0", "a", 1000, 1)), "streams": {("s",): (4, "1000-0", "0-0", 4)}},
+    },
+)
+# A command log's XCLAIM ... TIME later than the command's now becomes now; on 7.2+ the
+# now of a command inside MULTI is the unit's (1010), so TIME 1011 is clamped there.
+versioned(
+    "xclaim_time_after_the_units_now_becomes_it_on_7_2",
+    [
+        *READ_ONE,
+        S(1010, "MULTI", "ignored", client="c1"),
+        S(1010, "XACK s g 9-9", client="c1"),
+        S(1012, "XCLAIM s g b 0 1-0 TIME 1011", client="c1"),
+        S(1012, "EXEC", "ignored", client="c1"),
+    ],
+    {"7.0": {"pel": pel(("1-0", "b", 1011, 2))}, "7.4": {"pel": pel(("1-0", "b", 1010, 2))}},
+)
+# A script cannot block: its XREADGROUP ... BLOCK that finds nothing returns at once, and
+# a later write serves nobody.
+shared(
+    "a_scripts_blocking_read_does_not_wait",
+    [
+        *READ_ALL,
+        S(1001, "EVAL script 1 s", "ignored", client="c1"),
+        S(1001, "XREADGROUP GROUP g b BLOCK 0 STREAMS s >", client="lua"),
+        S(1002, "XADD s 4-0 f v", client="c2"),
+    ],
+    {"pel_ids": {SG: ["1-0", "2-0", "3-0"]}},
+)
 
 # ---------------------------------------------------------------------------
 

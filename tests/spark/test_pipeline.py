@@ -341,6 +341,85 @@ def test_7_4_commands_in_one_transaction_share_one_now(spark: SparkSession) -> N
         result.unpersist()
 
 
+def _replay_tables(rows: list[dict[str, Any]], profile: str) -> dict[str, list[tuple]]:
+    """pel and ownership of one pure replay of ``rows`` in seq order, as sorted tuples."""
+    replayer = Replayer(profile)
+    for r in sorted(rows, key=lambda r: r["seq"]):
+        replayer.apply(r["seq"], r["ts_ms"], r["argv"], r.get("db") or 0, r.get("client"))
+    last = max(rows, key=lambda r: r["seq"])
+    snap = replayer.snapshot(last["ts_ms"], last["seq"])
+    return {
+        "pel": sorted(
+            (p["key"], p["id"], p["consumer"], p["delivery_time_ms"]) for p in snap["pel"]
+        ),
+        "streams": sorted((s["key"], s["last_generated_id"]) for s in snap["streams"]),
+    }
+
+
+def test_a_scripts_commands_share_the_script_rows_time_on_7_4(spark: SparkSession) -> None:
+    """MONITOR shows a script's call line, then its commands as client ``lua``: on 7.2+
+    they all see the script's one clock reading; on 7.0 each its own. A script's read
+    never blocks."""
+    block = ["XREADGROUP", "GROUP", "g", "c9", "BLOCK", "0", "STREAMS", "e", ">"]
+    rows = [
+        {"seq": 1, "ts_ms": 100, "argv": ["XGROUP", "CREATE", "k", "g", "$", "MKSTREAM"]},
+        {"seq": 2, "ts_ms": 100, "argv": ["XGROUP", "CREATE", "e", "g", "$", "MKSTREAM"]},
+        {"seq": 3, "ts_ms": 105, "argv": ["EVAL", "...", "1", "k"], "client": "a"},
+        {"seq": 4, "ts_ms": 107, "argv": ["XADD", "k", "*", "f", "v"], "client": "lua"},
+        {"seq": 5, "ts_ms": 108, "argv": ["XADD", "k", "*", "f", "v"], "client": "lua"},
+        {"seq": 6, "ts_ms": 109, "argv": block, "client": "lua"},
+        {
+            "seq": 7,
+            "ts_ms": 109,
+            "argv": ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "k", ">"],
+            "client": "lua",
+        },
+        {"seq": 8, "ts_ms": 111, "argv": ["XADD", "e", "*", "f", "v"], "client": "b"},
+        # lua rows after a row that runs no script keep their own time
+        {"seq": 9, "ts_ms": 120, "argv": ["XADD", "k", "*", "f", "v"], "client": "lua"},
+        {"seq": 10, "ts_ms": 130, "argv": ["FCALL", "f", "1", "k"], "client": "a"},
+        {
+            "seq": 11,
+            "ts_ms": 133,
+            "argv": ["XREADGROUP", "GROUP", "g", "d", "STREAMS", "k", ">"],
+            "client": "lua",
+        },
+    ]
+    events = spark.createDataFrame(rows, EVENTS_SCHEMA)
+    expected = {
+        "7.4": [("k", "105-0", "c", 105), ("k", "105-1", "c", 105), ("k", "120-0", "d", 130)],
+        "7.0": [("k", "107-0", "c", 109), ("k", "108-0", "c", 109), ("k", "120-0", "d", 133)],
+    }
+    for profile, pel in expected.items():
+        # hand-traced; nothing delivered on 'e': the script's BLOCK read did not wait
+        assert _replay_tables(rows, profile)["pel"] == pel, profile
+        result = reconstruct(spark, events, ReconstructOptions(profile=profile))
+        got = sorted(
+            (p["key"], p["id"], p["consumer"], p["delivery_time_ms"])
+            for p in result.tables["pel"].collect()
+        )
+        assert got == pel, profile
+        result.unpersist()
+
+
+def test_a_read_inside_multi_never_blocks_in_the_job(spark: SparkSession) -> None:
+    block = ["XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "e", ">"]
+    rows = [
+        {"seq": 1, "ts_ms": 100, "argv": ["XGROUP", "CREATE", "e", "g", "$", "MKSTREAM"]},
+        {"seq": 2, "ts_ms": 101, "argv": ["MULTI"], "client": "a"},
+        {"seq": 3, "ts_ms": 102, "argv": block, "client": "a"},
+        {"seq": 4, "ts_ms": 102, "argv": ["XADD", "e", "*", "f", "v"], "client": "a"},
+        {"seq": 5, "ts_ms": 102, "argv": ["EXEC"], "client": "a"},
+        {"seq": 6, "ts_ms": 103, "argv": ["XADD", "e", "*", "f", "v"], "client": "b"},
+    ]
+    events = spark.createDataFrame(rows, EVENTS_SCHEMA)
+    for profile in ("7.0", "7.4"):
+        assert _replay_tables(rows, profile)["pel"] == [], profile
+        result = reconstruct(spark, events, ReconstructOptions(profile=profile))
+        assert result.tables["pel"].count() == 0, profile
+        result.unpersist()
+
+
 def test_a_blocked_clients_command_elsewhere_ends_its_wait(spark: SparkSession) -> None:
     read = ["XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "a", ">"]
     rows = [
