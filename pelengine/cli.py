@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from pelengine.config import PROFILES, Config, ConfigError, load_config
+from pelengine.config import Config, ConfigError, load_config
+from pelengine.model import resolve_profile
 from pelengine.progress import ProgressReporter, spark_status
 from pelengine.storage import NativeDeltaRequiredError, Output
 
@@ -303,11 +304,24 @@ def _first(given: int | None, default: int) -> int:
     return default if given is None else given
 
 
+def _redis_version(text: str) -> str:
+    """``--redis-version``: a version some profile describes (argparse names the option)."""
+    try:
+        resolve_profile(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _add_profile(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redis-version",
-        choices=PROFILES,
-        help="Redis version profile (default: conf reconstruct.profile)",
+        type=_redis_version,
+        metavar="VERSION",
+        help=(
+            "the server's version as it reports it (7.0.15, 7.4.1, valkey-9.1.2) or a "
+            "profile name (7.0, 7.4); default: conf reconstruct.profile"
+        ),
     )
 
 

@@ -15,9 +15,8 @@ from typing import Any
 
 import yaml
 
-from pelengine.model import PROFILES as _MODEL_PROFILES
+from pelengine.model import resolve_profile
 
-PROFILES: tuple[str, ...] = tuple(sorted(_MODEL_PROFILES))  # Redis version profiles
 PACKAGED_DEFAULTS = "defaults.yaml"
 
 
@@ -148,10 +147,10 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     """Validate a merged raw mapping into a `Config` (errors name the key)."""
     rec = _section(raw, "reconstruct", origin)
     profile = str(rec.get("profile", "7.0"))
-    if profile not in PROFILES:
-        raise ConfigError(
-            f"{origin}: 'reconstruct.profile' must be one of {', '.join(PROFILES)}, got {profile!r}"
-        )
+    try:
+        resolve_profile(profile)
+    except ValueError as exc:
+        raise ConfigError(f"{origin}: 'reconstruct.profile': {exc}") from None
     node_max_entries = _int(
         rec, "stream_node_max_entries", "reconstruct.stream_node_max_entries", origin, 0
     )

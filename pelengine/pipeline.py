@@ -43,7 +43,7 @@ from pyspark.sql.window import Window
 
 from pelengine import storage
 from pelengine.model.delivery import INCARNATION_COLUMNS, PRIOR_SEGMENT_N, SEGMENT_COLUMNS
-from pelengine.model.replay import LUA_CLIENT, SCRIPT_CALLS, get_profile
+from pelengine.model.replay import LUA_CLIENT, SCRIPT_CALLS, resolve_profile
 from pelengine.spark.schemas import (
     EVENTS_SCHEMA,
     OPTIONAL_EVENT_COLUMNS,
@@ -933,7 +933,8 @@ def reconstruct(
     options = options or ReconstructOptions()
     if carry is not None and (options.as_of_ms is not None or options.as_of_seq is not None):
         raise ValueError("an incremental run cannot stop at --as-of-ms/--as-of-seq")
-    profile = get_profile(options.profile).name
+    chosen, profile_reason = resolve_profile(options.profile)
+    profile = chosen.name
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
@@ -954,13 +955,13 @@ def reconstruct(
     valid = resolve_db(spark, valid, initial_db).select(*(f.name for f in EVENTS_SCHEMA.fields))
     valid, stop_seq = cut_as_of(valid, options.as_of_ms, options.as_of_seq)
     open_units = carry.open_units if carry is not None else None
-    if get_profile(profile).unit_time_snapshot:
+    if chosen.unit_time_snapshot:
         valid = script_time(unit_time(valid, open_units))
     persisted: list[DataFrame] = []
     valid = _persist(valid, persisted)
     if options.incremental:
         carried["open_units"] = (
-            open_units_after(valid, open_units) if get_profile(profile).unit_time_snapshot else {}
+            open_units_after(valid, open_units) if chosen.unit_time_snapshot else {}
         )
     bounds = valid.agg(F.count(F.lit(1)), F.max("seq"), F.max("ts_ms")).first()
     assert bounds is not None
@@ -1069,6 +1070,7 @@ def reconstruct(
         )
     report: dict[str, Any] = {
         "profile": profile,
+        "profile_reason": profile_reason,
         "stream_node_max": {
             "entries": options.node_max_entries,
             "bytes": options.node_max_bytes,
@@ -1271,7 +1273,9 @@ def format_report(report: dict[str, Any]) -> str:
     ev = report.get("events", {})
     inp = report.get("input", {})
     lines = [
-        f"profile {report.get('profile', '-')}  as of seq {report.get('as_of_seq')}"
+        f"profile {report.get('profile', '-')}"
+        + (f" ({report['profile_reason']})" if report.get("profile_reason") else "")
+        + f"  as of seq {report.get('as_of_seq')}"
         f" / {report.get('as_of_ms')} ms  (events {inp.get('path', '?')}, Delta version "
         f"{inp.get('delta_version', '?')})",
     ]

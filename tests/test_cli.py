@@ -88,6 +88,8 @@ def test_generate_and_demo_arguments_default_to_conf() -> None:
         (["pel-as-of", "--out", "/no/such/out", "--as-of-seq", "1"], "--out /no/such/out"),
         (["pel-as-of", "--out", ".", "--as-of-ms", "1"], "no pel_history table there"),
         (["generate", "--out", "o", "--keys", "0"], "--keys"),
+        (["reconstruct", "--events", "e", "--out", "o", "--redis-version", "6.2.14"], "valkey-9.1"),
+        (["reconstruct", "--events", "e", "--out", "o", "--redis-version", "8.0.2"], "--redis-ver"),
         (["generate", "--out", "o", "--conf", "/no/such.yaml"], "/no/such.yaml"),
     ],
 )
@@ -147,6 +149,9 @@ def test_reconstruct_passes_options(
     nodes = ["--stream-node-max-entries", "0", "--stream-node-max-bytes", "512"]
     assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", *nodes]) == 0
     assert (seen["options"].node_max_entries, seen["options"].node_max_bytes) == (0, 512)
+    version = ["--redis-version", "valkey-9.1.2"]
+    assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", *version]) == 0
+    assert seen["options"].profile == "valkey-9.1.2"  # resolved where it is used, once
     capsys.readouterr()
     assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", "--json"]) == 0
     assert '"read": 5' in capsys.readouterr().out

@@ -5,6 +5,23 @@ renders the state as rows of the output tables.
 """
 
 from pelengine.model.ids import StreamID
-from pelengine.model.replay import PROFILES, Outcome, Profile, Replayer, get_profile
+from pelengine.model.replay import (
+    PROFILES,
+    Outcome,
+    Profile,
+    Replayer,
+    get_profile,
+    known_versions,
+    resolve_profile,
+)
 
-__all__ = ["PROFILES", "Outcome", "Profile", "Replayer", "StreamID", "get_profile"]
+__all__ = [
+    "PROFILES",
+    "Outcome",
+    "Profile",
+    "Replayer",
+    "StreamID",
+    "get_profile",
+    "known_versions",
+    "resolve_profile",
+]

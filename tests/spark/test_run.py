@@ -82,14 +82,17 @@ def test_cli_reconstruct_and_summary(
 
     out = str(tmp_path / "out")
     code = cli.run(
-        ["reconstruct", "--events", events_path, "--out", out, "--redis-version", "7.4"],
+        ["reconstruct", "--events", events_path, "--out", out, "--redis-version", "valkey-8.1.8"],
         spark=spark,
         progress=lambda _: None,
     )
     printed = capsys.readouterr().out
     assert code == 0
     assert "applied 5" in printed and "rejected 1" in printed
-    assert json.loads((tmp_path / "out" / "_run_report.json").read_text())["profile"] == "7.4"
+    report = json.loads((tmp_path / "out" / "_run_report.json").read_text())
+    assert report["profile"] == "7.4"
+    assert report["profile_reason"] == "valkey-8.1.8: measured live against Valkey 8.1.8"
+    assert "profile 7.4 (valkey-8.1.8: measured live against Valkey 8.1.8)" in printed
     assert cli.run(["summary", "--out", out], spark=spark, progress=lambda _: None) == 0
     summary = capsys.readouterr().out
     assert "1 streams, 1 groups, 1 consumers, 1 pending entries" in summary
