@@ -83,23 +83,39 @@ def _any_id(text: str) -> StreamID:
 # --------------------------------------------------------------------------
 
 
-def range_has_tombstones(stream: Stream, start: StreamID | None) -> bool:
-    """True when an XDEL tombstone may lie at or after ``start`` (Redis' estimate)."""
+# ``entries_read`` and ``lag`` are estimates, and their rules changed after Redis 7.4.1.
+# ``strict`` selects the rules of Valkey 8.1.1+ (its fix of XINFO GROUPS lag; Redis 8.0
+# has most of them too), measured live against Valkey 8.1.8 and 9.1.2:
+#   * a tombstone before the first entry still counts as one that may lie ahead
+#     (``range_has_tombstones``);
+#   * an ID below the largest deleted ID has no estimate (``estimate_entries_read``);
+#   * a ``>`` delivery counts one more read only while the group is not behind the first
+#     entry and no tombstone lies after the group's previous last ID (``_serve_new``).
+# Without ``strict``: Redis 7.0 up to 7.4.1 (and Valkey 8.0).
+
+
+def range_has_tombstones(stream: Stream, start: StreamID | None, strict: bool = False) -> bool:
+    """True when an XDEL tombstone may lie at or after ``start`` (the server's estimate:
+    anything at or before the largest deleted ID). Before the strict rules, a largest
+    deleted ID before the first entry meant none could."""
     mdel = stream.max_deleted_entry_id
     if not stream.length or mdel == ZERO_ID:
         return False
-    if stream.first_id > mdel:
+    if not strict and stream.first_id > mdel:
         return False
     start_id = start if start is not None else ZERO_ID
     return start_id <= mdel
 
 
-def estimate_entries_read(stream: Stream, entry_id: StreamID) -> int:
-    """The logical read counter of ``entry_id``, or -1 when it cannot be known."""
+def estimate_entries_read(stream: Stream, entry_id: StreamID, strict: bool = False) -> int:
+    """The logical read counter of ``entry_id``, or -1 when it cannot be known. The strict
+    rules know nothing of an ID (other than 0-0) below the largest deleted ID."""
     if not stream.entries_added:
         return 0
     if not stream.length and entry_id <= stream.last_id:
         return stream.entries_added
+    if strict and entry_id != ZERO_ID and entry_id < stream.max_deleted_entry_id:
+        return INVALID_ENTRIES_READ
     if entry_id == stream.last_id:
         return stream.entries_added
     if entry_id > stream.last_id:
@@ -113,18 +129,38 @@ def estimate_entries_read(stream: Stream, entry_id: StreamID) -> int:
     return INVALID_ENTRIES_READ
 
 
-def group_lag(stream: Stream, group: Group) -> int | None:
-    """The lag XINFO GROUPS reports, or None where Redis replies nil."""
+def group_lag(stream: Stream, group: Group, strict: bool = False) -> int | None:
+    """The lag XINFO GROUPS reports, or None where the server replies nil."""
     if not stream.entries_added:
         return 0
     if group.entries_read != INVALID_ENTRIES_READ and not range_has_tombstones(
-        stream, group.last_id
+        stream, group.last_id, strict
     ):
         return stream.entries_added - group.entries_read
-    estimate = estimate_entries_read(stream, group.last_id)
+    estimate = estimate_entries_read(stream, group.last_id, strict)
     if estimate == INVALID_ENTRIES_READ:
         return None
     return stream.entries_added - estimate
+
+
+def _count_read(stream: Stream, group: Group, entry_id: StreamID, strict: bool) -> None:
+    """A ``>`` delivery of ``entry_id`` moves the group's read counter: one more when the
+    counter can be trusted, else the estimate of ``entry_id``. The strict rules trust
+    it only while the group is not behind the first entry, and look for tombstones
+    after the group's previous last ID (not after the delivered one)."""
+    trusted = group.entries_read != INVALID_ENTRIES_READ
+    if strict:
+        trusted = (
+            trusted
+            and group.last_id >= stream.first_id
+            and not range_has_tombstones(stream, group.last_id, strict)
+        )
+    else:
+        trusted = trusted and not range_has_tombstones(stream, entry_id)
+    if trusted:
+        group.entries_read += 1
+    elif stream.entries_added:
+        group.entries_read = estimate_entries_read(stream, entry_id, strict)
 
 
 def _refresh_first_id(stream: Stream) -> None:
@@ -459,12 +495,7 @@ def _serve_new(
     start = incr_id(group.last_id) or ZERO_ID
     for delivered, entry_id in enumerate(stream.entries.irange(minimum=start), start=1):
         if entry_id > group.last_id:
-            if group.entries_read != INVALID_ENTRIES_READ and not range_has_tombstones(
-                stream, entry_id
-            ):
-                group.entries_read += 1
-            elif stream.entries_added:
-                group.entries_read = estimate_entries_read(stream, entry_id)
+            _count_read(stream, group, entry_id, r.profile.strict_lag)
             group.last_id = entry_id
         if not noack:
             nack = group.pel.get(entry_id)

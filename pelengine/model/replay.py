@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import Any
 
 from pelengine.model import commands as cmd
@@ -45,11 +46,14 @@ class Profile:
     eager_consumers: bool
     xsetid_checks_max_deleted: bool
     unit_time_snapshot: bool
+    # the entries_read/lag estimates of Valkey 8.1.1+ (see commands.range_has_tombstones)
+    strict_lag: bool = False
 
 
 PROFILES: dict[str, Profile] = {
     "7.0": Profile("7.0", False, False, False, False),
     "7.4": Profile("7.4", True, True, True, True),
+    "valkey-8.1": Profile("valkey-8.1", True, True, True, True, strict_lag=True),
 }
 PROFILES["7.2"] = PROFILES["7.4"]
 
@@ -62,16 +66,32 @@ class ServerFamily:
     major_minor: tuple[int, int]
     profile: str
     basis: str
+    patches: tuple[int, int] = (0, 10**6)  # the patch levels covered (inclusive)
+
+    def covers(self, server: str, major_minor: tuple[int, int], patch: int | None) -> bool:
+        lo, hi = self.patches
+        if patch is None:  # "7.4": the whole line, only when every patch is covered
+            return (server, major_minor) == (self.server, self.major_minor) and lo == 0
+        return (server, major_minor) == (self.server, self.major_minor) and lo <= patch <= hi
+
+    def describe(self) -> str:
+        lo, hi = self.patches
+        line = f"{self.server}-{self.major_minor[0]}.{self.major_minor[1]}"
+        if (lo, hi) == (0, 10**6):
+            return f"{line}.x"
+        return f"{line}.{lo}+" if hi == 10**6 else f"{line}.{lo}-{hi}"
 
 
 # Every server version a profile is known to describe. "measured": the live differential
-# suite runs it (tests/redis_diff); "source": read from the server's source, checked elsewhere.
+# suite runs it (tests/redis_diff); "source": read from the server's source, not run here.
+# Redis 7.4.2+ back-ported estimate fixes of its own (unlike Valkey's): not described.
 SERVER_FAMILIES: tuple[ServerFamily, ...] = (
     ServerFamily("redis", (7, 0), "7.0", "measured live against Redis 7.0.15"),
     ServerFamily("redis", (7, 2), "7.4", "the 7.2+ family, from the server's source"),
-    ServerFamily("redis", (7, 4), "7.4", "the 7.2+ family, from the server's source"),
-    ServerFamily("valkey", (8, 1), "7.4", "measured live against Valkey 8.1.8"),
-    ServerFamily("valkey", (9, 1), "7.4", "measured live against Valkey 9.1.2"),
+    ServerFamily("redis", (7, 4), "7.4", "the 7.2+ family, from the 7.4.1 source", (0, 1)),
+    ServerFamily("valkey", (8, 0), "7.4", "from the Valkey 8.0.1 source (as Redis 7.4.1)"),
+    ServerFamily("valkey", (8, 1), "valkey-8.1", "measured live against Valkey 8.1.8", (1, 10**6)),
+    ServerFamily("valkey", (9, 1), "valkey-8.1", "measured live against Valkey 9.1.2"),
 )
 
 _VERSION = re.compile(
@@ -84,15 +104,13 @@ _VERSION = re.compile(
 def known_versions() -> str:
     """The accepted ``--redis-version`` values, for messages."""
     names = ", ".join(sorted(p for p in PROFILES))
-    families = ", ".join(
-        f"{f.server}-{f.major_minor[0]}.{f.major_minor[1]}.x" for f in SERVER_FAMILIES
-    )
+    families = ", ".join(f.describe() for f in SERVER_FAMILIES)
     return f"profile names {names}; server versions {families}"
 
 
 def resolve_profile(version: str) -> tuple[Profile, str]:
-    """The profile for a profile name ("7.0", "7.4") or a server version as the server
-    reports it ("7.0.15", "7.4.1", "valkey-9.1.2", "redis-7.2"), with the reason."""
+    """The profile for a profile name ("7.0", "7.4", "valkey-8.1") or a server version as
+    the server reports it ("7.0.15", "7.4.1", "valkey-9.1.2"), with the reason."""
     text = str(version).strip()
     if text in PROFILES:
         return PROFILES[text], f"profile {text} named"
@@ -100,8 +118,9 @@ def resolve_profile(version: str) -> tuple[Profile, str]:
     if match is not None:
         server = (match["server"] or "redis").lower()
         wanted = (int(match["major"]), int(match["minor"]))
+        patch = None if match["patch"] is None else int(match["patch"])
         for family in SERVER_FAMILIES:
-            if family.server == server and family.major_minor == wanted:
+            if family.covers(server, wanted, patch):
                 return PROFILES[family.profile], f"{text}: {family.basis}"
     raise ValueError(
         f"unknown Redis version {version!r}: no profile is known to describe it. "
@@ -241,11 +260,13 @@ class Replayer:
         self._changes: list[Row] = []
         # closed pel_history versions not drained yet (open ones live on PendingEntry)
         self._pel_history: list[Row] = []
-        # open MULTI blocks per client -> the unit's "now" (None until its first command)
-        self._units: dict[str | None, int | None] = {}
+        # open MULTI blocks per client -> (the MULTI's seq, the unit's "now": None until
+        # its first command, and on 7.0 always)
+        self._units: dict[str | None, tuple[int, int | None]] = {}
         # blocked readers in the order they blocked, and keys signalled as ready
         self._blocked: list[BlockedRead] = []
-        self._ready: dict[tuple[int, str], None] = {}
+        # keys signalled since the last serve, each with the last write that signalled it
+        self._ready: dict[tuple[int, str], Call | None] = {}
         # records of groups that ended (db, key, group, created_seq, id, record)
         self._closed: list[tuple[int, str, str, int, StreamID, DeliveryRecord]] = []
         # Spilling (see pelengine.model.delivery): a record leaves the model as a
@@ -266,16 +287,23 @@ class Replayer:
         argv: Sequence[str],
         db: int | None = 0,
         client: str | None = None,
+        unit: int | None | EllipsisType = ...,
     ) -> Outcome:
-        """Apply one logged command; return whether it was applied, ignored or failed."""
+        """Apply one logged command; return whether it was applied, ignored or failed.
+
+        ``unit``: the execution unit the command ran in (see ``_place``), when the
+        caller knows it: a replay that sees only some of the log's rows (one family)
+        cannot tell it from them. Left out, the replayer follows the units itself.
+        """
         name = command_name(argv)
         counters = self.counters
         counters.commands[name] = counters.commands.get(name, 0) + 1
         self.last_seq = seq
         self.last_ts_ms = ts_ms
+        ts_ms, placed = self._place(seq, name, ts_ms, client)
+        self._enter(placed if unit is ... else unit)
         if self._blocked:
-            self._end_waits(ts_ms, client)
-        ts_ms = self._unit_now(name, ts_ms, client)
+            self._end_waits(self.last_ts_ms, client)
         entry = STREAM_COMMANDS.get(name)
         is_stream = entry is not None
         if entry is None:
@@ -293,12 +321,15 @@ class Replayer:
                 return Outcome("ignored")
             return self._fail("wrong_arity")
         call = Call(seq, ts_ms, db or 0, client, list(argv), name)
+        self._call = call
+        # inside a unit, keys signalled by its earlier commands stay signalled
+        before = dict(self._ready) if self._unit is not None and self._ready else {}
         try:
             handler(self, call)
-            if self._ready:
-                self._serve_ready(call)
+            if self._ready and self._unit is None:
+                self._serve_ready()
         except CommandError as exc:
-            self._ready.clear()
+            self._ready = before
             if not is_stream or (name in KEYSPACE_COMMANDS and exc.kind == "no_such_key"):
                 counters.ignored += 1
                 return Outcome("ignored")
@@ -309,37 +340,67 @@ class Replayer:
         counters.ignored += 1
         return Outcome("ignored")
 
-    # the clock of the script whose ``lua`` rows follow (see ``_unit_now``); a class
-    # default, so that a model saved before scripts were modelled resumes
+    # Execution units (see ``_place``). Class defaults, so that a model saved before
+    # units were modelled resumes: the script whose ``lua`` rows follow (its clock and
+    # its unit), and the unit the last command ran in.
     _script_now: int | None = None
+    _script_unit: int | None = None
+    _unit: int | None = None
+    _call: Call | None = None
 
-    def _unit_now(self, name: str, ts_ms: int, client: str | None) -> int:
-        """The "now" of a command, given the execution unit it belongs to.
+    def _place(self, seq: int, name: str, ts_ms: int, client: str | None) -> tuple[int, int | None]:
+        """The "now" of a command and the execution unit it belongs to (None: none).
 
-        Units: what one client sends between ``MULTI`` and ``EXEC``/``DISCARD``; and a
-        script: its ``EVAL``/``EVALSHA``/``FCALL`` row followed by the rows of the
-        commands it ran, client ``lua`` (as MONITOR shows them). A 7.2+ server reads
-        its clock once per unit, before the unit's first command: every command of the
-        unit sees that one time (a transaction's first command's time; a script's
-        call row's time). 7.0 reads the live clock on every call: rows keep their own.
+        Units: what one client sends between ``MULTI`` and ``EXEC``/``DISCARD`` (named
+        by the ``MULTI``'s seq); and a script: its ``EVAL``/``EVALSHA``/``FCALL`` row
+        followed by the rows of the commands it ran, client ``lua``, as MONITOR shows
+        them (named by the call row's seq, or by the transaction's when it ran inside
+        one). A server runs a unit without running anything else, and serves blocked
+        readers only once it ended; a read inside a unit never blocks.
+
+        A 7.2+ server reads its clock once per unit, before the unit's first command:
+        every command of the unit sees that one time (a transaction's first command's
+        time; a script's call row's time). 7.0 reads the live clock on every call.
         """
+        snapshot = self.profile.unit_time_snapshot
         if client == LUA_CLIENT:
-            if self.profile.unit_time_snapshot and self._script_now is not None:
-                return self._script_now
-            return ts_ms
+            if snapshot and self._script_now is not None:
+                ts_ms = self._script_now
+            return ts_ms, self._script_unit
+        unit = None
         if name == "MULTI":
-            self._units[client] = None
+            self._units[client] = (seq, None)
         elif name in ("EXEC", "DISCARD"):
             self._units.pop(client, None)
-        elif client in self._units and self.profile.unit_time_snapshot:
-            unit_now = self._units[client]
-            if unit_now is None:
-                self._units[client] = ts_ms
-            else:
-                ts_ms = unit_now
+        elif client in self._units:
+            unit, unit_now = self._units[client]
+            if snapshot:
+                if unit_now is None:
+                    self._units[client] = (unit, ts_ms)
+                else:
+                    ts_ms = unit_now
         # a script's rows follow its call row; any other client's row ends them
-        self._script_now = ts_ms if name in SCRIPT_CALLS else None
-        return ts_ms
+        if name in SCRIPT_CALLS:
+            self._script_now = ts_ms
+            self._script_unit = seq if unit is None else unit
+            unit = self._script_unit
+        else:
+            self._script_now = self._script_unit = None
+        return ts_ms, unit
+
+    def _enter(self, unit: int | None) -> None:
+        """The next command runs in ``unit``: when the unit of the last one ended, the
+        readers its writes unblocked are served first."""
+        if self._unit is not None and unit != self._unit:
+            self.settle()
+        self._unit = unit
+
+    def settle(self) -> None:
+        """End the current execution unit: serve the readers its writes unblocked (the
+        end of a log, or of the rows a caller has, ends a unit too)."""
+        self._unit = None
+        if self._ready:
+            self._serve_ready()
 
     def absorb(self, other: Replayer) -> None:
         """Take over ``other``'s keys, closed delivery records (or segments) and waiting clients.
@@ -432,8 +493,9 @@ class Replayer:
     # -- blocked readers -------------------------------------------------------
 
     def in_transaction(self, client: str | None) -> bool:
-        """Whether ``client`` is inside MULTI or is a script (where a read may not block)."""
-        return client in self._units or client == LUA_CLIENT
+        """Whether a command of ``client`` runs inside an execution unit (MULTI or a
+        script), where a read may not block."""
+        return self._unit is not None or client in self._units or client == LUA_CLIENT
 
     def block(
         self,
@@ -465,13 +527,20 @@ class Replayer:
         )
 
     def signal(self, db: int, key: str) -> None:
-        """A write that may serve readers blocked on ``key`` (Redis' signalKeyAsReady)."""
+        """A write that may serve readers blocked on ``key`` (Redis' signalKeyAsReady):
+        they are served after the command, or after its execution unit, by the last
+        write that signalled the key (its seq and time)."""
         if self._blocked:
-            self._ready[(db, key)] = None
+            self._ready[(db, key)] = self._call
 
-    def client_activity(self, ts_ms: int, client: str | None) -> None:
+    def client_activity(
+        self, ts_ms: int, client: str | None, unit: int | None | EllipsisType = ...
+    ) -> None:
         """``client`` sent a command this replay does not otherwise see (it touches
-        other keys): a blocked connection sends nothing, so its wait here is over."""
+        other keys): a blocked connection sends nothing, so its wait here is over.
+        ``unit``: the execution unit of that command, as for ``apply``."""
+        if unit is not ...:
+            self._enter(unit)
         if self._blocked:
             self._end_waits(ts_ms, client)
 
@@ -488,11 +557,13 @@ class Replayer:
             if (b.deadline is None or b.deadline >= now) and (client is None or b.client != client)
         ]
 
-    def _serve_ready(self, trigger: Call) -> None:
-        """After a command: serve, in blocking order, the readers of every signalled key."""
+    def _serve_ready(self) -> None:
+        """After a command (or a unit): serve, in the order the keys were signalled and
+        then in blocking order, the readers of every signalled key."""
         while self._ready:
             db, key = next(iter(self._ready))
-            del self._ready[(db, key)]
+            trigger = self._ready.pop((db, key)) or self._call
+            assert trigger is not None
             for blocked in [b for b in self._blocked if b.db == db and key in b.keys]:
                 if blocked not in self._blocked:
                     continue
@@ -732,7 +803,11 @@ class Replayer:
 
         Spilling: ``delivery_counts`` is empty; ``delivery_segments`` holds the open
         records and ``group_incarnations`` the live groups (merge them with what was
-        drained: ``pelengine.model.delivery.merge_delivery_segments``)."""
+        drained: ``pelengine.model.delivery.merge_delivery_segments``).
+
+        An execution unit still open ends here (``settle``): the state is the one a
+        server shows once the unit ran."""
+        self.settle()
         tables: dict[str, list[Row]] = {
             "pel": [],
             "ownership": [],
@@ -773,7 +848,7 @@ class Replayer:
                         "group": group.name,
                         "last_delivered_id": format_id(group.last_id),
                         "entries_read": None if er == INVALID_ENTRIES_READ else er,
-                        "lag": cmd.group_lag(stream, group),
+                        "lag": cmd.group_lag(stream, group, self.profile.strict_lag),
                         "pending": len(group.pel),
                         "consumers": len(group.consumers),
                         **as_of,

@@ -1451,6 +1451,48 @@ shared(
     ],
     {"pel_ids": {SG: ["1-0", "2-0", "3-0"]}},
 )
+# Rule 11: the entries_read / lag estimates of Valkey 8.1.1+ (profile valkey-8.1), as
+# Valkey 8.1.8 and 9.1.2 report them; "7.4" is Redis up to 7.4.1.
+_READ1 = "XREADGROUP GROUP g c COUNT 1 STREAMS s >"
+_READ2 = "XREADGROUP GROUP g c COUNT 2 STREAMS s >"
+# a group left behind the first entry by trimming is estimated, not counted on
+versioned(
+    "lag_of_a_group_behind_a_trim",
+    [*add("1-0", "2-0", "3-0", "4-0", "5-0"), S(1, "XGROUP CREATE s g 0"), S(2, _READ1)]
+    + [S(3, "XTRIM s MAXLEN 1"), S(4, _READ1)],
+    {
+        "7.4": {"groups": {("s", "g"): ("5-0", 2, 3)}},
+        "valkey-8.1": {"groups": {("s", "g"): ("5-0", 5, 0)}},
+    },
+)
+# a tombstone between the group's last ID and the delivered entry
+versioned(
+    "lag_after_reading_past_a_tombstone",
+    [*add("1-0", "2-0", "3-0", "4-0"), S(1, "XGROUP CREATE s g 0"), S(2, _READ2)]
+    + [S(3, "XDEL s 3-0"), S(4, _READ2)],
+    {
+        "7.4": {"groups": {("s", "g"): ("4-0", 3, 1)}},
+        "valkey-8.1": {"groups": {("s", "g"): ("4-0", 4, 0)}},
+    },
+)
+# a tombstone before the first entry still makes the read counter untrusted
+versioned(
+    "lag_with_a_tombstone_before_the_first_entry",
+    [*add("3-0"), S(1, "XDEL s 3-0"), *add("4-0"), S(2, "XGROUP CREATE s g 0 ENTRIESREAD 7")],
+    {
+        "7.4": {"groups": {("s", "g"): ("0-0", 7, -5)}},
+        "valkey-8.1": {"groups": {("s", "g"): ("0-0", 7, 1)}},
+    },
+)
+# an ID below the largest deleted ID has no estimate
+versioned(
+    "lag_of_a_group_below_the_largest_deleted_id",
+    [*add("3-0"), S(1, "XDEL s 3-0"), S(2, "XGROUP CREATE s g 1-1"), *add("5-0")],
+    {
+        "7.4": {"groups": {("s", "g"): ("1-1", None, 1)}},
+        "valkey-8.1": {"groups": {("s", "g"): ("1-1", None, None)}},
+    },
+)
 
 # ---------------------------------------------------------------------------
 
@@ -1465,7 +1507,7 @@ def _check(scenario: Scenario, profile: str) -> None:
         assert changes(r) == scenario.changes
 
 
-@pytest.mark.parametrize("profile", ["7.0", "7.4"])
+@pytest.mark.parametrize("profile", ["7.0", "7.4", "valkey-8.1"])
 @pytest.mark.parametrize("scenario", SHARED, ids=[s.name for s in SHARED])
 def test_shared(scenario: Scenario, profile: str) -> None:
     _check(scenario, profile)
