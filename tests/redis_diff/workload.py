@@ -13,6 +13,17 @@ before and after, that the threshold could not have been decided differently by
 a replay that only knows ``ts_ms``. A run where that fails (a stall of many ms
 between probe and command) raises ``AmbiguousTimingError`` and ``run_workload``
 redoes the seed from an empty db.
+
+Execution units (``cmd_unit``): a ``MULTI``/``EXEC`` block (sometimes ``DISCARD``)
+or a script (``EVAL``, sometimes ``EVALSHA``) of 2-5 stream commands (``XADD``
+mostly with ``*``, ``XREADGROUP`` with ``BLOCK`` at times, ``XCLAIM`` with
+``TIME``/``IDLE``, ``XAUTOCLAIM``, ``XACK``, ``XDEL``, ``XGROUP SETID`` /
+``CREATECONSUMER``), sometimes with one that fails when run (WRONGTYPE,
+NOGROUP, syntax) or, rarely, one the server refuses when it is queued
+(``EXECABORT``). They go out as one round trip each (``Recorder.run_multi`` /
+``run_script``). An idle threshold inside a unit also stays away from the idle
+times the unit's earlier commands may give (a delivery at the unit's time, or
+``IDLE``/``TIME`` of an ``XCLAIM``), and is verified from the unit's ``TIME``s.
 """
 
 from __future__ import annotations
@@ -24,7 +35,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.redis_diff.capture import Record, Recorder, SeqCounter, format_id, parse_id
+from tests.redis_diff.capture import (
+    Record,
+    Recorder,
+    SeqCounter,
+    Unit,
+    format_id,
+    key_positions,
+    parse_id,
+)
 from tests.redis_diff.server import RedisServer
 
 STREAM_KEYS = ["s0", "s1", "s2", "s3"]
@@ -47,7 +66,71 @@ class AmbiguousTimingError(RuntimeError):
 @dataclass
 class IdleGuard:
     min_idle: int
-    deliveries: list[int]
+    deliveries: list[int]  # delivery times (server ms) of the candidates
+    # idle times the candidates may have from deliveries inside the same unit: a
+    # delivery at "the unit's time - x" (x = 0: a read or claim; x: XCLAIM ... IDLE x)
+    unit_idles: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Planned:
+    """A command built but not sent yet (alone or as one of a unit)."""
+
+    argv: list[str]
+    star_index: int | None = None
+    guard: IdleGuard | None = None
+
+
+def unit_deliveries(argv: list[str], now: int) -> list[tuple[str, str, int | None, int | None]]:
+    """The delivery times a command may set, as ``(key, group, unit_idle, at)``: a
+    delivery at "the unit's time - unit_idle", or at the absolute time ``at``.
+
+    Conservative: every ``IDLE``/``TIME`` of an ``XCLAIM`` counts (the last one wins on
+    the server), and a value the server replaces by its now counts as now.
+    """
+    upper = [a.upper() for a in argv]
+    name = upper[0] if upper else ""
+    if name == "XREADGROUP" and "GROUP" in upper[:-1]:
+        group = argv[upper.index("GROUP") + 1]
+        return [(argv[j], group, 0, None) for j in key_positions(argv)]
+    if name not in ("XCLAIM", "XAUTOCLAIM") or len(argv) < 3:
+        return []
+    key, group = argv[1], argv[2]
+    if name == "XAUTOCLAIM":
+        return [(key, group, 0, None)]
+    out: list[tuple[str, str, int | None, int | None]] = []
+    for j in range(5, len(argv) - 1):
+        if upper[j] not in ("IDLE", "TIME"):
+            continue
+        try:
+            value = int(argv[j + 1])
+        except ValueError:
+            continue
+        if not 0 <= value <= now:
+            out.append((key, group, 0, None))  # the server clamps it to its now
+        elif upper[j] == "IDLE":
+            out.append((key, group, value, None))
+        else:
+            out.append((key, group, None, value))
+    return out or [(key, group, 0, None)]
+
+
+@dataclass
+class UnitPlan:
+    """The commands of one unit being built, and the delivery times they may set."""
+
+    now: int  # the driver's last known server time
+    commands: list[Planned] = field(default_factory=list)
+    idles: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
+    times: dict[tuple[str, str], list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, planned: Planned) -> None:
+        self.commands.append(planned)
+        for key, group, idle, at in unit_deliveries(planned.argv, self.now):
+            if idle is not None:
+                self.idles[(key, group)].append(idle)
+            if at is not None:
+                self.times[(key, group)].append(at)
 
 
 @dataclass
@@ -59,6 +142,7 @@ class WorkloadResult:
     elapsed_s: float
     max_span_ms: int
     checkpoints: list[tuple[int, Any]] = field(default_factory=list)
+    units: list[Unit] = field(default_factory=list)
 
     @property
     def rows(self) -> list[dict[str, Any]]:
@@ -189,6 +273,11 @@ class Workload:
         self.learn(record)
         return record
 
+    def send_planned(self, planned: Planned) -> Record:
+        record = self.send(planned.argv, star_index=planned.star_index)
+        self.verify_idle(planned.guard, record)
+        return record
+
     def run(self) -> None:
         table = [
             (22, self.cmd_xadd),
@@ -207,15 +296,17 @@ class Workload:
             (0.8, self.cmd_del),
             (0.8, self.cmd_rename),
             (0.08 if self.allow_flushdb else 0.0, self.cmd_flushdb),
-            (3, self.cmd_readonly),
+            (4, self.cmd_readonly),
             (1.2, self.cmd_string),
             (2.5, self.cmd_invalid),
+            (4, self.cmd_unit),
         ]
         if self.shape == "long_streams":
             # streams of hundreds of entries over several internal nodes: '~' trimming,
             # XDEL inside nodes, long PELs (XAUTOCLAIM scan limits)
             boost = {self.cmd_xadd: 45, self.cmd_xdel: 2, self.cmd_xtrim: 3, self.cmd_del: 0.1}
             boost.update({self.cmd_rename: 0.05, self.cmd_flushdb: 0.0, self.cmd_string: 0.1})
+            boost[self.cmd_unit] = 2
             table = [(boost.get(f, w), f) for w, f in table]
         weights = [w for w, _ in table]
         funcs = [f for _, f in table]
@@ -226,13 +317,18 @@ class Workload:
             self.send(["XGROUP", "CREATE", key, "g0", "0"])
         self.send(["SET", STRING_KEY, "x"])
         next_checkpoint = self.checkpoint_every
-        flush_at = (
-            self.n // 2 if self.allow_flushdb and shape_flushes(self.shape) else None
-        )  # at least one FLUSHDB per run
+        # what every run has at least once, whatever the dice say: the rare units, and
+        # a FLUSHDB
+        scheduled: list[tuple[int, Callable[[], None]]] = [
+            (self.n // 3, lambda: self.cmd_unit("EXECABORT")),
+            (2 * self.n // 3, lambda: self.cmd_unit("DISCARD")),
+        ]
+        if self.allow_flushdb and shape_flushes(self.shape):
+            scheduled.append((self.n // 2, self.cmd_flushdb))
+        scheduled.sort(key=lambda s: s[0])
         while len(self.rec.records) < self.n:
-            if flush_at is not None and len(self.rec.records) >= flush_at:
-                flush_at = None
-                self.cmd_flushdb()
+            if scheduled and len(self.rec.records) >= scheduled[0][0]:
+                scheduled.pop(0)[1]()
             else:
                 self.rng.choices(funcs, weights)[0]()
             if next_checkpoint and self.checkpoint and len(self.rec.records) >= next_checkpoint:
@@ -299,7 +395,8 @@ class Workload:
             self.k.forget(argv[1])
 
     # ------------------------------------------------------------------ probes (not logged)
-    def pel_delivery_times(self, key: str, group: str) -> tuple[int, list[int]] | None:
+    def pel(self, key: str, group: str) -> tuple[int, list[tuple[str, int]]] | None:
+        """(server ms, [(id, delivery time), ...]) of the group's PEL; None: no such group."""
         now, info = self.rec.probe("XINFO", "STREAM", key, "FULL", "COUNT", "0")
         if not isinstance(info, list):
             return None
@@ -307,8 +404,12 @@ class Workload:
         for g in full.get("groups", []):
             gd = _pairs(g)
             if gd.get("name") == group:
-                return now, [int(p[2]) for p in gd.get("pending", [])]
+                return now, [(p[0], int(p[2])) for p in gd.get("pending", [])]
         return None
+
+    def pel_delivery_times(self, key: str, group: str) -> tuple[int, list[int]] | None:
+        probed = self.pel(key, group)
+        return None if probed is None else (probed[0], [t for _, t in probed[1]])
 
     def stream_info(self, key: str) -> dict[str, Any] | None:
         _now, info = self.rec.probe("XINFO", "STREAM", key)
@@ -333,22 +434,30 @@ class Workload:
                 return True
         return False
 
-    def choose_min_idle(self, key: str, group: str) -> tuple[str, IdleGuard | None]:
+    def choose_min_idle(
+        self, key: str, group: str, unit: UnitPlan | None = None
+    ) -> tuple[str, IdleGuard | None]:
+        """A min-idle-time away from every candidate's idle (from a probe of the PEL, and
+        inside a unit from what the unit's earlier commands may deliver)."""
         rng = self.rng
         r = rng.random()
-        if r < 0.15:
+        zero = 0.45 if unit is not None else 0.15  # a unit's claims mostly claim
+        if r < zero:
             return "0", None
-        if r < 0.22:
+        if r < zero + 0.07:
             return str(-rng.randint(1, 5000)), None
-        if r < 0.25:
+        if r < zero + 0.1:
             return str(HUGE_MIN_IDLE), None
         probed = self.pel_delivery_times(key, group)
-        if probed is None:
+        unit_times = list(unit.times.get((key, group), [])) if unit else []
+        unit_idles = list(unit.idles.get((key, group), [])) if unit else []
+        if probed is None and not (unit_times or unit_idles):
             return str(rng.choice([1, 10, 100, 5000])), None  # NOGROUP/WRONGTYPE: no idle check
-        now, deliveries = probed
-        if not deliveries:
+        now, deliveries = probed or (self.k.now_ms, [])  # (a group the unit may create)
+        deliveries = deliveries + unit_times
+        if not deliveries and not unit_idles:
             return str(rng.choice([1, 10, 100, 5000])), IdleGuard(0, [])
-        idles = sorted({now - d for d in deliveries})
+        idles = sorted({now - d for d in deliveries} | set(unit_idles))
         all_claimed: list[int] = []
         if idles[0] - BELOW_MARGIN >= 1:
             all_claimed.append(rng.randint(1, idles[0] - BELOW_MARGIN))
@@ -362,14 +471,15 @@ class Workload:
             m = rng.choice(partial)
         else:
             m = rng.choice(all_claimed + none_claimed + all_claimed)
-        return str(m), IdleGuard(m, deliveries)
+        return str(m), IdleGuard(m, deliveries, unit_idles)
 
     def verify_idle(self, guard: IdleGuard | None, rec: Record) -> None:
         """Every candidate's idle must be decided the same from ``ts_ms`` as by the server."""
         if guard is None or guard.min_idle <= 0 or rec.error is not None:
             return
         span = self.rec.max_span_ms
-        for d in guard.deliveries:
+        # a delivery inside the unit happened at its time, in [ts_ms, ts_after_ms]
+        for d in guard.deliveries + [rec.ts_ms - x for x in guard.unit_idles]:
             lowest = rec.ts_ms - d
             highest = rec.ts_after_ms - d + span
             if not (guard.min_idle <= lowest - 1 or guard.min_idle >= highest + 2):
@@ -443,30 +553,39 @@ class Workload:
             )
         return args
 
-    def cmd_xadd(self) -> None:
+    def plan_xadd(self, key: str | None = None, star: float = 0.0) -> Planned:
+        """An XADD; ``star``: the chance of ``*`` before the usual mix of IDs."""
         rng = self.rng
-        key = self.some_key()
+        key = key or self.some_key()
         argv: list[str] = [self.kw("XADD"), key]
         if rng.random() < 0.08 or key == "s3" and rng.random() < 0.3:
             argv.append(self.kw("NOMKSTREAM"))
         if rng.random() < 0.15:
             argv += self.trim_args(key)
-        id_arg, star = self.xadd_id(key)
-        star_index = len(argv) if star else None
+        id_arg, is_star = ("*", True) if rng.random() < star else self.xadd_id(key)
+        star_index = len(argv) if is_star else None
         argv.append(id_arg)
         nfields = rng.choice([1, 1, 1, 2])
         for i in range(nfields):
             argv += [f"f{i}", f"v{rng.randint(0, 999)}"]
         if rng.random() < 0.02:
             argv = argv[:-1]  # a field without a value: arity error
-        self.send(argv, star_index=star_index)
+        return Planned(argv, star_index)
+
+    def cmd_xadd(self) -> None:
+        self.send_planned(self.plan_xadd())
 
     def cmd_xreadgroup(self) -> None:
-        rng = self.rng
         first = self.some_key()
-        if not self.k.groups.get(first) and first in STREAM_KEYS and rng.random() < 0.5:
+        if not self.k.groups.get(first) and first in STREAM_KEYS and self.rng.random() < 0.5:
             self.cmd_xgroup_create(first)
             return
+        self.send_planned(self.plan_xreadgroup(first))
+
+    def plan_xreadgroup(self, first: str, in_unit: bool = False) -> Planned:
+        """An XREADGROUP. Alone, BLOCK only where it cannot block (served or an error);
+        inside a unit (where it never blocks) BLOCK anywhere, more often."""
+        rng = self.rng
         group = self.group_for(first)
         keys = [first]
         for _ in range(rng.choices([0, 1, 2], [75, 20, 5])[0]):
@@ -479,7 +598,7 @@ class Workload:
         opts: list[list[str]] = []
         if rng.random() < 0.6:
             opts.append([self.kw("COUNT"), self.count_arg()])
-        if rng.random() < 0.08:
+        if rng.random() < (0.2 if in_unit else 0.08):
             opts.append([self.kw("NOACK")])
         ids = []
         for key in keys:
@@ -493,7 +612,11 @@ class Workload:
             else:
                 ids.append(rng.choice(["$", self.bad_id(), "-", "+"]))
         history = any(i != ">" for i in ids)
-        if rng.random() < 0.06 and (history or self.read_would_serve(keys, group)):
+        if in_unit:
+            block = rng.random() < 0.2
+        else:
+            block = rng.random() < 0.06 and (history or self.read_would_serve(keys, group))
+        if block:
             opts.append([self.kw("BLOCK"), str(rng.choice([0, 10, 1000]))])
         rng.shuffle(opts)
         for o in opts:
@@ -501,42 +624,41 @@ class Workload:
         argv += [self.kw("STREAMS"), *keys, *ids]
         if rng.random() < 0.01:
             argv = argv[:-1]  # unbalanced
-        self.send(argv)
+        return Planned(argv)
 
-    def xclaim_ids(self, key: str, group: str) -> list[str]:
+    def xclaim_ids(self, key: str, group: str, from_pel: float = 0.0) -> list[str]:
+        """IDs to claim; ``from_pel``: the chance to take them from the group's PEL."""
         rng = self.rng
         n = rng.choices([1, 2, 3, 5], [40, 30, 20, 10])[0]
+        probed = self.pel(key, group) if rng.random() < from_pel else None
+        if probed and probed[1]:
+            pending = [i for i, _ in probed[1]]
+            return rng.sample(pending, min(n, len(pending)))
         return [self.known_id(key) for _ in range(n)]
 
     def cmd_xclaim(self) -> None:
+        self.send_planned(self.plan_xclaim())
+
+    def plan_xclaim(self, key: str | None = None, unit: UnitPlan | None = None) -> Planned:
+        """An XCLAIM (inside ``unit``: IDLE/TIME more often, and the unit's own deliveries
+        are candidates of the idle check too)."""
         rng = self.rng
-        key = self.some_key()
+        key = key or self.some_key()
         group = self.group_for(key)
-        min_idle, guard = self.choose_min_idle(key, group)
+        min_idle, guard = self.choose_min_idle(key, group, unit)
         argv = [self.kw("XCLAIM"), key, group, self.consumer(), min_idle]
-        argv += self.xclaim_ids(key, group)
+        argv += self.xclaim_ids(key, group, from_pel=0.8 if unit is not None else 0.0)
         now = self.k.now_ms
+        timed = 0.45 if unit is not None else 0.0
         opts: list[list[str]] = []
-        if rng.random() < 0.2:
-            opts.append(
-                [
-                    self.kw("IDLE"),
-                    str(
-                        rng.choice([0, rng.randint(1, 200), rng.randint(1000, 100_000), -5, 10**14])
-                    ),
-                ]
-            )
-        if rng.random() < 0.15:
-            opts.append(
-                [
-                    self.kw("TIME"),
-                    str(
-                        rng.choice(
-                            [now - rng.randint(0, 100_000), now + 100_000, -1, 0, 1000, now - 20]
-                        )
-                    ),
-                ]
-            )
+        if rng.random() < 0.2 + timed:
+            idle = rng.choice([0, rng.randint(1, 200), rng.randint(1000, 100_000), -5, 10**14])
+            opts.append([self.kw("IDLE"), str(idle)])
+        if rng.random() < 0.15 + timed:
+            past = now - rng.randint(0, 100_000)
+            negative = -rng.randint(2, 5000)
+            at = rng.choice([past, now + 100_000, -1, negative, 0, 1000, now - 20])
+            opts.append([self.kw("TIME"), str(at)])  # a future one: the server's now
         if rng.random() < 0.2:
             opts.append([self.kw("RETRYCOUNT"), str(rng.choice([0, 1, 2, 5, 7]))])
         if rng.random() < 0.2:
@@ -566,14 +688,16 @@ class Workload:
             argv[pos:pos] = bad
         if rng.random() < 0.02:
             argv[4] = rng.choice(["x", "1.5", ""])
-        record = self.send(argv)
-        self.verify_idle(guard, record)
+        return Planned(argv, guard=guard)
 
     def cmd_xautoclaim(self) -> None:
+        self.send_planned(self.plan_xautoclaim())
+
+    def plan_xautoclaim(self, key: str | None = None, unit: UnitPlan | None = None) -> Planned:
         rng = self.rng
-        key = self.some_key()
+        key = key or self.some_key()
         group = self.group_for(key)
-        min_idle, guard = self.choose_min_idle(key, group)
+        min_idle, guard = self.choose_min_idle(key, group, unit)
         r = rng.random()
         if r < 0.3:
             start = rng.choice(["0-0", "0", "-"])
@@ -596,25 +720,30 @@ class Workload:
             argv += o
         if rng.random() < 0.04:
             argv += rng.choice([["COUNT", "0"], ["COUNT", "x"], ["FOO"], ["COUNT"]])
-        record = self.send(argv)
-        self.verify_idle(guard, record)
+        return Planned(argv, guard=guard)
 
     def cmd_xack(self) -> None:
+        self.send_planned(self.plan_xack())
+
+    def plan_xack(self, key: str | None = None) -> Planned:
         rng = self.rng
-        key = self.some_key()
+        key = key or self.some_key()
         group = self.group_for(key)
         ids = [self.known_id(key) for _ in range(rng.choices([1, 2, 3, 6], [50, 25, 15, 10])[0])]
         if rng.random() < 0.04:
             ids.insert(rng.randint(0, len(ids)), self.bad_id())
-        self.send([self.kw("XACK"), key, group, *ids])
+        return Planned([self.kw("XACK"), key, group, *ids])
 
     def cmd_xdel(self) -> None:
+        self.send_planned(self.plan_xdel())
+
+    def plan_xdel(self, key: str | None = None) -> Planned:
         rng = self.rng
-        key = self.some_key()
+        key = key or self.some_key()
         ids = [self.known_id(key) for _ in range(rng.choices([1, 2, 3], [60, 30, 10])[0])]
         if rng.random() < 0.04:
             ids.insert(rng.randint(0, len(ids)), self.bad_id())
-        self.send([self.kw("XDEL"), key, *ids])
+        return Planned([self.kw("XDEL"), key, *ids])
 
     def cmd_xtrim(self) -> None:
         key = self.some_key()
@@ -645,8 +774,11 @@ class Workload:
         self.send(argv)
 
     def cmd_xgroup_setid(self) -> None:
+        self.send_planned(self.plan_xgroup_setid())
+
+    def plan_xgroup_setid(self, key: str | None = None) -> Planned:
         rng = self.rng
-        key = self.some_key()
+        key = key or self.some_key()
         group = self.group_for(key)
         r = rng.random()
         if r < 0.3:
@@ -660,16 +792,19 @@ class Workload:
         argv = [self.kw("XGROUP"), self.kw("SETID"), key, group, start]
         if rng.random() < 0.45:
             argv += [self.kw("ENTRIESREAD"), str(rng.choice([-1, 0, 1, 2, 5, 10, 30, 100, -2]))]
-        self.send(argv)
+        return Planned(argv)
 
     def cmd_xgroup_destroy(self) -> None:
         key = self.some_key()
         self.send([self.kw("XGROUP"), self.kw("DESTROY"), key, self.rng.choice(GROUPS)])
 
     def cmd_xgroup_createconsumer(self) -> None:
-        key = self.some_key()
+        self.send_planned(self.plan_xgroup_createconsumer())
+
+    def plan_xgroup_createconsumer(self, key: str | None = None) -> Planned:
+        key = key or self.some_key()
         group = self.group_for(key)
-        self.send([self.kw("XGROUP"), self.kw("CREATECONSUMER"), key, group, self.consumer()])
+        return Planned([self.kw("XGROUP"), self.kw("CREATECONSUMER"), key, group, self.consumer()])
 
     def cmd_xgroup_delconsumer(self) -> None:
         key = self.some_key()
@@ -765,58 +900,119 @@ class Workload:
         else:
             self.send([self.kw("GET"), STRING_KEY])
 
-    def cmd_invalid(self) -> None:
-        rng = self.rng
-        key = self.stream_key()
+    def refused_on_arrival(self, key: str) -> list[list[str]]:
+        """Commands the server refuses before running them (arity, unknown command or
+        subcommand): inside MULTI they abort the transaction (EXECABORT)."""
+        return [
+            ["XADD", key],
+            ["XADD", key, "*"],
+            ["XADD", key, "*", "f"],
+            ["XREADGROUP", "GROUP", "g0"],
+            ["XREADGROUP", "GROUP", "g0", "c0", "STREAMS", key],
+            ["XREADGROUP", "STREAMS", key, ">"],
+            ["XACK", key, "g0"],
+            ["XCLAIM", key, "g0", "c0"],
+            ["XAUTOCLAIM", key, "g0", "c0", "0"],
+            ["XGROUP", "CREATE", key],
+            ["XGROUP", "NOPE", key, "g0"],
+            ["XGROUP", "DELCONSUMER", key, "g0"],
+            ["XSETID", key],
+            ["XTRIM", key],
+            ["XDEL", key],
+            ["XFOO", key],
+            ["XINFO", "NOPE"],
+        ]
+
+    def refused_when_run(self, key: str) -> list[list[str]]:
+        """Commands that run and fail (syntax, NOGROUP, no such key, and WRONGTYPE on the
+        string key when it is one): inside MULTI, EXEC runs them and reports the error."""
         s = STRING_KEY
-        argv = rng.choice(
-            [
-                ["XADD", key],
-                ["XADD", key, "*"],
-                ["XADD", key, "*", "f"],
-                ["XREADGROUP", "GROUP", "g0"],
-                ["XREADGROUP", "GROUP", "g0", "c0", "STREAMS", key],
-                ["XREADGROUP", "STREAMS", key, ">"],
-                ["XREADGROUP", "GROUP", "g0", "c0", "FOO", "STREAMS", key, ">"],
-                ["XREADGROUP", "GROUP", "nogroup", "c0", "STREAMS", key, ">"],
-                ["XACK", key, "g0"],
-                ["XCLAIM", key, "g0", "c0"],
-                ["XCLAIM", key, "nogroup", "c0", "0", "1-1"],
-                ["XAUTOCLAIM", key, "g0", "c0", "0"],
-                ["XAUTOCLAIM", key, "nogroup", "c0", "0", "0-0"],
-                ["XGROUP", "CREATE", key],
-                ["XGROUP", "CREATE", key, "g0", "$", "FOO"],
-                ["XGROUP", "NOPE", key, "g0"],
-                ["XGROUP", "SETID", key, "nogroup", "0"],
-                ["XGROUP", "SETID", key, "g0", "0", "ENTRIESREAD"],
-                ["XGROUP", "CREATECONSUMER", key, "nogroup", "c9"],
-                ["XGROUP", "CREATECONSUMER", MISSING_KEY, "g0", "c9"],
-                ["XGROUP", "DELCONSUMER", key, "g0"],
-                ["XGROUP", "DESTROY", MISSING_KEY, "g0"],
-                ["XSETID", key],
-                ["XSETID", MISSING_KEY, "1-1"],
-                ["XSETID", key, "1-1", "FOO", "2"],
-                ["XTRIM", key],
-                ["XTRIM", key, "FOO", "1"],
-                ["XDEL", key],
-                ["XFOO", key],
-                ["XINFO", "NOPE"],
-                # WRONGTYPE on a string key (when it is one)
-                ["XADD", s, "*", "f", "v"],
-                ["XREADGROUP", "GROUP", "g0", "c0", "STREAMS", s, ">"],
-                ["XGROUP", "CREATE", s, "g0", "$", "MKSTREAM"],
-                ["XCLAIM", s, "g0", "c0", "0", "1-1"],
-                ["XAUTOCLAIM", s, "g0", "c0", "0", "0-0"],
-                ["XACK", s, "g0", "1-1"],
-                ["XDEL", s, "1-1"],
-                ["XTRIM", s, "MAXLEN", "1"],
-                ["XSETID", s, "1-1"],
-            ]
-        )
-        star_index = None
-        if argv[0] == "XADD" and len(argv) > 2 and argv[2] == "*":
-            star_index = 2
-        self.send(argv, star_index=star_index)
+        return [
+            ["XREADGROUP", "GROUP", "g0", "c0", "FOO", "STREAMS", key, ">"],
+            ["XREADGROUP", "GROUP", "nogroup", "c0", "STREAMS", key, ">"],
+            ["XCLAIM", key, "nogroup", "c0", "0", "1-1"],
+            ["XAUTOCLAIM", key, "nogroup", "c0", "0", "0-0"],
+            ["XGROUP", "CREATE", key, "g0", "$", "FOO"],
+            ["XGROUP", "SETID", key, "nogroup", "0"],
+            ["XGROUP", "SETID", key, "g0", "0", "ENTRIESREAD"],
+            ["XGROUP", "CREATECONSUMER", key, "nogroup", "c9"],
+            ["XGROUP", "CREATECONSUMER", MISSING_KEY, "g0", "c9"],
+            ["XGROUP", "DESTROY", MISSING_KEY, "g0"],
+            ["XSETID", MISSING_KEY, "1-1"],
+            ["XSETID", key, "1-1", "FOO", "2"],
+            ["XTRIM", key, "FOO", "1"],
+            ["XADD", s, "*", "f", "v"],
+            ["XREADGROUP", "GROUP", "g0", "c0", "STREAMS", s, ">"],
+            ["XGROUP", "CREATE", s, "g0", "$", "MKSTREAM"],
+            ["XCLAIM", s, "g0", "c0", "0", "1-1"],
+            ["XAUTOCLAIM", s, "g0", "c0", "0", "0-0"],
+            ["XACK", s, "g0", "1-1"],
+            ["XDEL", s, "1-1"],
+            ["XTRIM", s, "MAXLEN", "1"],
+            ["XSETID", s, "1-1"],
+        ]
+
+    def plan_invalid(self, refused_on_arrival: float = 0.5) -> Planned:
+        key = self.stream_key()
+        if self.rng.random() < refused_on_arrival:
+            argv = self.rng.choice(self.refused_on_arrival(key))
+        else:
+            argv = self.rng.choice(self.refused_when_run(key))
+        star_index = 2 if argv[0] == "XADD" and argv[2:3] == ["*"] else None
+        return Planned(argv, star_index)
+
+    def cmd_invalid(self) -> None:
+        self.send_planned(self.plan_invalid())
+
+    # ------------------------------------------------------------------ execution units
+    def cmd_unit(self, ending: str | None = None) -> None:
+        """A MULTI/EXEC block or a script of 2-5 commands. ``ending``: ``EXEC``,
+        ``DISCARD``, ``EXECABORT`` (a command refused when queued), ``EVAL`` or
+        ``EVALSHA``; by default a random one (EXECABORT rarely)."""
+        rng = self.rng
+        if ending is None:
+            if rng.random() < 0.4:
+                ending = "EVALSHA" if rng.random() < 0.3 else "EVAL"
+            else:
+                ending = "DISCARD" if rng.random() < 0.08 else "EXEC"
+        focus = self.stream_key()  # most commands of a unit work on one stream
+        plan = UnitPlan(now=self.k.now_ms)
+        builders = [
+            (5, lambda key: self.plan_xadd(key, star=0.6)),
+            (4, lambda key: self.plan_xreadgroup(key, in_unit=True)),
+            (3.5, lambda key: self.plan_xclaim(key, plan)),
+            (2.5, lambda key: self.plan_xautoclaim(key, plan)),
+            (2, self.plan_xack),
+            (2, self.plan_xdel),
+            (1.5, self.plan_xgroup_setid),
+            (1.5, self.plan_xgroup_createconsumer),
+        ]
+        weights = [w for w, _ in builders]
+        n = rng.randint(2, 5)
+        r = rng.random()
+        # one command that fails when run (WRONGTYPE, NOGROUP, syntax), or rarely one the
+        # server refuses when queued (MULTI: EXECABORT), at a random place
+        invalid, invalid_at = None, -1
+        if r < 0.2 or ending == "EXECABORT":
+            refused = 1.0 if ending == "EXECABORT" else 0.2
+            invalid, invalid_at = self.plan_invalid(refused_on_arrival=refused), rng.randint(0, n)
+        for i in range(n + 1):
+            if invalid is not None and i == invalid_at:
+                plan.add(invalid)
+            if i < n:
+                key = focus if rng.random() < 0.75 else self.some_key()
+                plan.add(rng.choices(builders, weights)[0][1](key))
+        commands = [(p.argv, p.star_index) for p in plan.commands]
+        if ending in ("EVAL", "EVALSHA"):
+            unit = self.rec.run_script(commands, evalsha=ending == "EVALSHA")
+        else:
+            unit = self.rec.run_multi(commands, discard=ending == "DISCARD")
+        self.k.now_ms = unit.records[-1].ts_after_ms
+        for record in unit.records:
+            self.learn(record)
+        for planned, ran in zip(plan.commands, unit.inner, strict=True):
+            if ran is not None:
+                self.verify_idle(planned.guard, ran)
 
 
 def shape_flushes(shape: str) -> bool:
@@ -884,6 +1080,7 @@ def run_workload(
                 elapsed_s=time.perf_counter() - t0,
                 max_span_ms=recorder.max_span_ms,
                 checkpoints=workload.checkpoints,
+                units=recorder.units,
             )
         finally:
             client.close()
