@@ -33,7 +33,7 @@ from typing import Any
 from pelengine.ingest.aof import read_aof
 from pelengine.ingest.monitor import ParseStats, parse_file
 from pelengine.ingest.pin import PinStats, pin_star_ids
-from tests.redis_diff.capture import Record, Recorder, SeqCounter
+from tests.redis_diff.capture import LUA_CLIENT, Record, Recorder, SeqCounter
 from tests.redis_diff.harness import UNJUDGED
 from tests.redis_diff.scenario import _BlockedCall, _wait_blocked
 from tests.redis_diff.server import RedisServer
@@ -139,6 +139,19 @@ def _match(events: list[dict[str, Any]], mine: list[Record]) -> list[tuple[int, 
     return pairs
 
 
+def _callers(clients: Iterable[str | None]) -> list[str | None]:
+    """Each command's connection: its own client, and for a script's ``lua`` row the
+    client of the script call before it (a script runs whole: nothing else runs between
+    its call and its commands, in the test's records as in MONITOR)."""
+    out: list[str | None] = []
+    caller: str | None = None
+    for client in clients:
+        if client != LUA_CLIENT:
+            caller = client
+        out.append(caller)
+    return out
+
+
 def align(capture: Path, sent: Iterable[Record], ids_from_aof: str | None = None) -> Aligned:
     """Parse the capture and pair its commands with the test's records of them.
 
@@ -152,7 +165,11 @@ def align(capture: Path, sent: Iterable[Record], ids_from_aof: str | None = None
 
     The test's records name a connection by ``CLIENT INFO``; a redis-py pipeline may
     run on another pooled connection, so each recorder's commands are matched to the
-    captured client that shows most of them.
+    captured client that shows most of them. The commands a script ran (client
+    ``lua``, shared by every connection and by voided attempts) count as commands of
+    the connection that called the script. A unit's rows need nothing more: MONITOR
+    shows ``MULTI`` when it is sent, each queued command as ``EXEC`` runs it, then
+    ``EXEC``; a script's ``EVAL`` first, then its commands: the order they were sent.
 
     With ``ids_from_aof`` (the server's appendonlydir) the rows get their ``XADD *``
     IDs from the AOF (``pelengine.ingest.pin``), as ``ingest-monitor --ids-from-aof``
@@ -160,16 +177,17 @@ def align(capture: Path, sent: Iterable[Record], ids_from_aof: str | None = None
     """
     rows, stats = parse_file(str(capture))
     groups: dict[str | None, list[Record]] = {}
-    for rec in sorted(sent, key=lambda r: r.seq):
-        groups.setdefault(rec.client, []).append(rec)
-    events: dict[str, list[int]] = {}
-    for i, row in enumerate(rows):
-        events.setdefault(row["client"], []).append(i)
+    ordered = sorted(sent, key=lambda r: r.seq)
+    for rec, caller in zip(ordered, _callers(r.client for r in ordered), strict=True):
+        groups.setdefault(caller, []).append(rec)
+    events: dict[str | None, list[int]] = {}
+    for i, caller in enumerate(_callers(row["client"] for row in rows)):
+        events.setdefault(caller, []).append(i)
     pairs: dict[int, Record] = {}
-    taken: set[str] = set()
+    taken: set[str | None] = set()
     out = Aligned(records=[], rows=rows, stats=stats, seq_of={})
     for name, mine in sorted(groups.items(), key=lambda g: -len(g[1])):
-        best: tuple[int, int, str, list[tuple[int, int]]] | None = None
+        best: tuple[int, int, str | None, list[tuple[int, int]]] | None = None
         for client, idx in events.items():
             if client in taken:
                 continue
@@ -270,8 +288,8 @@ def run_blocking_phase(
                 argv += ["BLOCK", str(timeout), "STREAMS", *keys, *([">"] * len(keys))]
                 client = server.client(db)
                 side.append(client)
-                rec = Recorder(client, db, counter, star_mode="keep")
-                call = _BlockedCall(client, rec, argv)
+                reader = Recorder(client, db, counter, star_mode="keep")
+                call = _BlockedCall(client, reader, argv)
                 _wait_blocked(main_client, call, expected=len(calls) + 1)
                 calls.append((call, timeout))
             if any(t == 60 for _, t in calls):
