@@ -203,15 +203,25 @@ def check_job_changes(records: list[Record], changes: list[dict[str, Any]]) -> l
 
 
 def history(records: Iterable[Record], db: int, key: str, upto_seq: int, n: int = 15) -> list[str]:
-    """The last ``n`` logged commands of ``db`` that name ``key`` (or flush the db) up to a seq."""
-    out = [
-        r.describe()
-        for r in records
-        if r.seq <= upto_seq
-        and r.db == db
-        and (key in r.argv[1:] or r.argv[0].upper() in ("FLUSHDB", "FLUSHALL"))
-    ]
-    return out[-n:]
+    """The last ``n`` logged commands of ``db`` that name ``key`` (or flush the db) up to a
+    seq; with the ``MULTI`` and ``EXEC``/``DISCARD`` rows of a transaction that has one
+    (a script's call row names its keys itself)."""
+    rows = [r for r in records if r.seq <= upto_seq and r.db == db]
+    shown = {
+        i
+        for i, r in enumerate(rows)
+        if key in r.argv[1:] or r.argv[0].upper() in ("FLUSHDB", "FLUSHALL")
+    }
+    opened: dict[str | None, int] = {}
+    for i, r in enumerate(rows):
+        name = r.argv[0].upper()
+        if name == "MULTI":
+            opened[r.client] = i
+        elif name in ("EXEC", "DISCARD") and r.client in opened:
+            first = opened.pop(r.client)
+            if shown & set(range(first, i)):
+                shown |= {first, i}
+    return [rows[i].describe() for i in sorted(shown)][-n:]
 
 
 def pending_delivery_counts(
