@@ -253,3 +253,97 @@ def test_tampered_log_is_caught(small_run, tamper: str) -> None:  # noqa: ANN001
         pytest.fail(f"seed 77 has no command to tamper with for {tamper!r}")
     verdict = check_model(tamper, tampered, truth, checkpoints)
     assert not verdict.ok, f"{tamper}: the comparison did not notice"
+
+
+# ---- the workload sends execution units ------------------------------------------------
+
+# run inside both kinds of unit (a transaction, a script), every run
+UNIT_COMMANDS = {
+    "XADD *",
+    "XREADGROUP >",
+    "XCLAIM TIME",
+    "XCLAIM IDLE",
+    "XAUTOCLAIM",
+    "XACK",
+    "XDEL",
+    "XGROUP SETID",
+    "XGROUP CREATECONSUMER",
+}
+# run inside some unit
+UNIT_VARIANTS = {
+    "XADD ID",
+    "XREADGROUP history",
+    "XREADGROUP BLOCK",
+    "XREADGROUP NOACK",
+    "XCLAIM JUSTID",
+    "XCLAIM FORCE",
+}
+
+
+def _unit_shapes(r: Record) -> set[str]:
+    """What a command inside a unit exercises (the terms of ``UNIT_COMMANDS``/``_VARIANTS``)."""
+    upper = [a.upper() for a in r.sent]
+    name = " ".join(upper[:2]) if upper[0] == "XGROUP" else upper[0]
+    if name == "XADD":
+        return {"XADD *" if "*" in upper else "XADD ID"}
+    if name == "XREADGROUP" and "STREAMS" in upper:
+        first = upper.index("STREAMS") + 1
+        ids = upper[first + (len(upper) - first) // 2 :]
+        out = {"XREADGROUP >" if i == ">" else "XREADGROUP history" for i in ids}
+        return out | {f"XREADGROUP {o}" for o in ("BLOCK", "NOACK") if o in upper}
+    if name == "XCLAIM":
+        return {f"XCLAIM {o}" for o in ("TIME", "IDLE", "JUSTID", "FORCE") if o in upper}
+    return {name}
+
+
+def test_workload_sends_every_kind_of_unit(clean_redis: RedisServer) -> None:
+    """MULTI/EXEC (and DISCARD, and EXECABORT) and scripts (EVAL, EVALSHA), each with
+    every command of ``UNIT_COMMANDS`` run inside (valid or not), failures when run among
+    them; every unit is one round trip whose rows are what MONITOR shows."""
+    result = run_workload(clean_redis, 4242, 2000, db=9)
+    units = result.units
+    kinds = Counter((u.kind, u.end, u.aborted) for u in units)
+    for kind in [
+        ("multi", "EXEC", False),
+        ("multi", "EXEC", True),
+        ("multi", "DISCARD", False),
+        ("script", "EVAL", False),
+        ("script", "EVALSHA", False),
+    ]:
+        assert kinds[kind] > 0, f"no {kind} unit: {kinds}"
+    ran = {
+        kind: [r for u in units if u.kind == kind for r in u.inner if r is not None]
+        for kind in ("multi", "script")
+    }
+    for kind, records in ran.items():
+        shapes = set().union(*(_unit_shapes(r) for r in records))
+        assert shapes >= UNIT_COMMANDS, f"{kind}: never ran {UNIT_COMMANDS - shapes}"
+        assert "NOGROUP" in " | ".join(r.error or "" for r in records), kind
+    everything = ran["multi"] + ran["script"]
+    shapes = set().union(*(_unit_shapes(r) for r in everything))
+    assert shapes >= UNIT_VARIANTS, f"never ran in a unit: {UNIT_VARIANTS - shapes}"
+    assert "WRONGTYPE" in " | ".join(r.error or "" for r in everything)
+    # claims that claimed, setting the time by TIME / by IDLE inside the unit
+    claimed = {s for r in everything if r.reply and r.error is None for s in _unit_shapes(r)}
+    assert {"XCLAIM TIME", "XCLAIM IDLE"} <= claimed, claimed
+    for u in units:
+        rows = u.records
+        assert [r.seq for r in rows] == list(range(rows[0].seq, rows[0].seq + len(rows)))
+        assert len({(r.ts_ms, r.ts_after_ms) for r in rows}) == 1, u.describe()
+        inner = [r for r in u.inner if r is not None]
+        if u.kind == "multi":
+            assert rows[0].argv == ["MULTI"] and rows[-1].argv == [u.end], u.describe()
+            assert len({r.client for r in rows}) == 1 and rows[0].client != "lua"
+            assert rows[1:-1] == inner, u.describe()
+            assert u.aborted == ("EXECABORT" in (rows[-1].error or "")), u.describe()
+            if u.end == "DISCARD" or u.aborted:  # nothing ran; refused ones are rows
+                assert all(r.error for r in inner), u.describe()
+            else:
+                assert len(inner) == len(u.commands), u.describe()
+        else:
+            assert rows[0].argv[0] == u.end and rows[0].client != "lua", u.describe()
+            assert rows[1:] == inner and len(inner) == len(u.commands), u.describe()
+            assert all(r.client == "lua" for r in inner), u.describe()
+    # XADD '*' inside a unit is logged with the ID the server generated
+    stars = [r for u in units for r in u.inner if r is not None and r.sent != r.argv]
+    assert stars and all(r.reply in r.argv and "*" in r.sent for r in stars)
