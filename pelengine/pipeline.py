@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     BooleanType,
+    LongType,
     StringType,
     StructField,
     StructType,
@@ -43,7 +44,8 @@ from pyspark.sql.window import Window
 
 from pelengine import storage
 from pelengine.model.delivery import INCARNATION_COLUMNS, PRIOR_SEGMENT_N, SEGMENT_COLUMNS
-from pelengine.model.replay import LUA_CLIENT, SCRIPT_CALLS, resolve_profile
+from pelengine.model.replay import resolve_profile
+from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
 from pelengine.spark.schemas import (
     EVENTS_SCHEMA,
     OPTIONAL_EVENT_COLUMNS,
@@ -228,72 +230,79 @@ def last_select_db(valid: DataFrame, initial_db: int = 0) -> int:
 _SYNTHETIC_SEQ = -(2**63)  # seqs of the rows standing for a unit a previous run left open
 
 
-def unit_time(valid: DataFrame, open_units: dict[str, int | None] | None = None) -> DataFrame:
-    """7.2+: commands of one MULTI/EXEC share one "now", the time of the unit's first command.
+EXEC_UNIT = "exec_unit"
 
-    A unit is what one client (``client``; null for an AOF's single stream)
-    sends between MULTI and EXEC/DISCARD, in ``seq`` order. ``open_units``: units a
-    previous incremental run left open (client -> the unit's time, None if it had no
-    command yet); they continue into these rows.
+
+def mark_units(
+    events: DataFrame, open_units: dict[str, int | None] | None = None, *, times: bool
+) -> DataFrame:
+    """``events`` with ``exec_unit``: the execution unit each command ran in (null: none).
+
+    The same units as the model's (``Replayer._place``): what one client (``client``;
+    null for an AOF's single stream) sends between MULTI and EXEC/DISCARD, named by the
+    MULTI's seq; and a script: its ``EVAL``/``EVALSHA``/``FCALL`` row (named by its seq,
+    or by the transaction's when it ran inside one) and the rows of the commands it
+    ran, client ``lua``, which follow it (a ``lua`` row belongs to the script whose call
+    is the nearest row before it that is not a ``lua`` row). A family's replay sees
+    only its own rows: it learns the units from this column (a read inside one never
+    blocks; the readers a unit's writes unblock are served once it ended).
+
+    ``times`` (7.2+): every command of a unit takes the time of the unit's first row (a
+    transaction's first command, a script's call row): the server reads its clock once
+    per unit. ``open_units``: units a previous incremental run left open (client -> the
+    unit's time, None if it had no command yet); they continue into these rows.
+
+    Costs: a window per client when the log has MULTI rows; one over the global order
+    of (seq, two flags), joined back by seq, only when it has ``lua`` rows.
     """
     name = F.upper(F.col("argv")[0])
-    if valid.filter(name == "MULTI").limit(1).count() == 0 and not open_units:
-        return valid
-    if open_units:
-        valid = valid.unionByName(_open_unit_rows(valid, open_units))
-    by_client = Window.partitionBy(F.coalesce(F.col("client"), F.lit(""))).orderBy("seq")
-    upto = by_client.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    opened = F.last(F.when(name == "MULTI", F.col("seq")), ignorenulls=True).over(upto)
-    closed = F.last(F.when(name.isin("EXEC", "DISCARD"), F.col("seq")), ignorenulls=True).over(upto)
-    marked = valid.withColumn(
-        "_unit",
-        F.when(
-            (name != "MULTI") & opened.isNotNull() & (opened > F.coalesce(closed, F.lit(-1))),
-            opened,
-        ),
-    )
-    unit = Window.partitionBy(F.coalesce(F.col("client"), F.lit("")), "_unit").orderBy("seq")
-    first_ts = F.first("ts_ms").over(unit.rowsBetween(Window.unboundedPreceding, 0))
-    out = marked.withColumn(
-        "ts_ms", F.when(F.col("_unit").isNotNull(), first_ts).otherwise(F.col("ts_ms"))
-    ).drop("_unit")
-    return out.filter(F.col("seq") > _SYNTHETIC_SEQ + 1) if open_units else out
-
-
-def script_time(valid: DataFrame) -> DataFrame:
-    """7.2+: the commands a script ran (rows of client ``lua``, as MONITOR shows them,
-    right after the ``EVAL``/``EVALSHA``/``FCALL`` row that ran them) share the script
-    row's time; ``valid`` has been through ``unit_time`` (a script inside MULTI has the
-    unit's time).
-
-    The same rule as the model's (``Replayer._unit_now``): a ``lua`` row takes the time
-    of the nearest row before it that is not a ``lua`` row when that row runs a script,
-    and keeps its own otherwise. That needs the rows in their global order: only when
-    the log has ``lua`` rows, over (seq, ts, two flags), the times joined back by seq.
-    """
     is_lua = F.coalesce(F.col("client") == F.lit(LUA_CLIENT), F.lit(False))
-    if valid.filter(is_lua).limit(1).count() == 0:
-        return valid
-    narrow = valid.select(
-        "seq",
-        "ts_ms",
-        is_lua.alias("_lua"),
-        F.upper(F.col("argv")[0]).isin(*sorted(SCRIPT_CALLS)).alias("_call"),
-    )
-    upto = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    anchor = F.last(
-        F.when(~F.col("_lua"), F.struct(F.col("_call").alias("call"), F.col("ts_ms").alias("ts"))),
-        ignorenulls=True,
-    ).over(upto)
-    times = (
-        narrow.withColumn("_anchor", anchor)
-        .filter(F.col("_lua") & F.col("_anchor.call"))
-        .select(F.col("seq").alias("_script_seq"), F.col("_anchor.ts").alias("_script_ts"))
-    )
-    joined = valid.join(times, valid["seq"] == times["_script_seq"], "left")
-    return joined.withColumn("ts_ms", F.coalesce(F.col("_script_ts"), F.col("ts_ms"))).select(
-        *valid.columns
-    )
+    has_multi = bool(open_units) or events.filter(name == "MULTI").limit(1).count() > 0
+    has_lua = events.filter(is_lua).limit(1).count() > 0
+    if not (has_multi or has_lua):
+        return events.withColumn(EXEC_UNIT, F.lit(None).cast(LongType()))
+    columns = events.columns
+    df = events.unionByName(_open_unit_rows(events, open_units)) if open_units else events
+    multi: Any = F.lit(None).cast(LongType())
+    if has_multi:
+        by_client = Window.partitionBy(F.coalesce(F.col("client"), F.lit(""))).orderBy("seq")
+        upto = by_client.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        opened = F.last(F.when(name == "MULTI", F.col("seq")), ignorenulls=True).over(upto)
+        closed = F.last(F.when(name.isin("EXEC", "DISCARD"), F.col("seq")), ignorenulls=True)
+        inside = (
+            (name != "MULTI")
+            & opened.isNotNull()
+            & (opened > F.coalesce(closed.over(upto), F.lit(-1)))
+        )
+        df = df.withColumn("_multi", F.when(inside, opened))
+        multi = F.col("_multi")
+    script = F.when(name.isin(*sorted(SCRIPT_CALLS)) & ~is_lua, F.coalesce(multi, F.col("seq")))
+    unit: Any = F.coalesce(script, multi)
+    if has_lua:
+        narrow = df.select("seq", is_lua.alias("_lua"), script.alias("_script"))
+        upto_all = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        anchor = F.last(
+            F.when(~F.col("_lua"), F.struct(F.col("_script").alias("unit"))), ignorenulls=True
+        ).over(upto_all)
+        lua_units = (
+            narrow.withColumn("_anchor", anchor)
+            .filter(F.col("_lua") & F.col("_anchor.unit").isNotNull())
+            .select(F.col("seq").alias("_lua_seq"), F.col("_anchor.unit").alias("_lua_unit"))
+        )
+        df = df.join(lua_units, df["seq"] == lua_units["_lua_seq"], "left")
+        unit = F.coalesce(F.col("_lua_unit"), unit)
+    df = df.withColumn(EXEC_UNIT, unit)
+    if times:
+        same = Window.partitionBy(
+            F.col(EXEC_UNIT).isNull(), F.coalesce(F.col(EXEC_UNIT), F.col("seq"))
+        ).orderBy("seq")
+        first_ts = F.first("ts_ms").over(same.rowsBetween(Window.unboundedPreceding, 0))
+        df = df.withColumn(
+            "ts_ms", F.when(F.col(EXEC_UNIT).isNotNull(), first_ts).otherwise(F.col("ts_ms"))
+        )
+    if open_units:
+        df = df.filter(F.col("seq") > _SYNTHETIC_SEQ + 1)
+    return df.select(*columns, EXEC_UNIT)
 
 
 def _open_unit_rows(valid: DataFrame, open_units: dict[str, int | None]) -> DataFrame:
@@ -310,9 +319,9 @@ def open_units_after(
     valid: DataFrame, open_units: dict[str, int | None] | None
 ) -> dict[str, int | None]:
     """7.2+: the units still open after these rows (client -> unit time or None), for the
-    next incremental run; ``valid`` is what ``unit_time`` returned."""
+    next incremental run; ``valid`` is what ``mark_units`` returned."""
     name = F.upper(F.col("argv")[0])
-    rows = valid
+    rows = valid = valid.drop(EXEC_UNIT)
     if open_units:
         rows = rows.unionByName(_open_unit_rows(valid, open_units))
     client = F.coalesce(F.col("client"), F.lit(""))
@@ -450,11 +459,20 @@ def route_events(
     return valid.mapInArrow(make_router(profile, families), out_schema)
 
 
+def _blocks(routed: DataFrame) -> bool:
+    """Whether ``routed`` holds a blocking XREADGROUP."""
+    return bool(_blocking_reads(routed).limit(1).count())
+
+
+def _blocking_reads(routed: DataFrame) -> DataFrame:
+    blocks = F.exists("argv", lambda a: F.upper(a) == "BLOCK")
+    return routed.filter((F.col("command") == "XREADGROUP") & F.col("client").isNotNull() & blocks)
+
+
 def blocking_waits(routed: DataFrame) -> DataFrame:
     """(client, m_db, m_family) of every blocking XREADGROUP in ``routed``."""
-    blocks = F.exists("argv", lambda a: F.upper(a) == "BLOCK")
     return (
-        routed.filter((F.col("command") == "XREADGROUP") & F.col("client").isNotNull() & blocks)
+        _blocking_reads(routed)
         .select("client", F.col("db").alias("m_db"), F.explode("families").alias("m_family"))
         .distinct()
     )
@@ -495,6 +513,7 @@ def activity_markers(
             F.lit(False).alias("fanout"),
             F.col("m_family").alias("family"),
             F.lit(True).alias("marker"),
+            EXEC_UNIT,
             F.lit(None).cast(StringType()).alias("group"),
             F.lit(False).alias("group_only"),
         )
@@ -524,6 +543,7 @@ def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -
         "client",
         "fanout",
         F.explode("families").alias("family"),
+        EXEC_UNIT,
         "group",
         "group_only",
     )
@@ -549,6 +569,7 @@ def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -
             "f.client",
             F.lit(True).alias("fanout"),
             "k.family",
+            F.col(f"f.{EXEC_UNIT}").alias(EXEC_UNIT),
             F.lit(None).cast(StringType()).alias("group"),
             F.lit(False).alias("group_only"),
         )
@@ -570,7 +591,7 @@ def _whole_family_unit() -> list[Any]:
     ]
 
 
-ROW_COLUMNS = ("seq", "ts_ms", "argv", "db", "client", "fanout", "family", "marker")
+ROW_COLUMNS = ("seq", "ts_ms", "argv", "db", "client", "fanout", "family", "marker", EXEC_UNIT)
 
 
 def split_by_group(
@@ -670,6 +691,7 @@ def split_by_group(
             F.lit(False).alias("fanout"),
             "family",
             F.lit(True).alias("marker"),
+            EXEC_UNIT,
             "unit",
             (F.col("unit") == F.lit("0")).alias("lead"),
             F.lit(False).alias("silent"),
@@ -768,6 +790,7 @@ def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
         F.lit(False).alias("fanout"),
         "family",
         F.lit(False).alias("marker"),
+        F.lit(None).cast(LongType()).alias(EXEC_UNIT),
         *_whole_family_unit(),
         F.col("state_blob").alias("state"),
     )
@@ -956,7 +979,9 @@ def reconstruct(
     valid, stop_seq = cut_as_of(valid, options.as_of_ms, options.as_of_seq)
     open_units = carry.open_units if carry is not None else None
     if chosen.unit_time_snapshot:
-        valid = script_time(unit_time(valid, open_units))
+        valid = mark_units(valid, open_units, times=True)
+    else:  # 7.0: units matter only to blocking reads (marked after routing, if any)
+        valid = valid.withColumn(EXEC_UNIT, F.lit(None).cast(LongType()))
     persisted: list[DataFrame] = []
     valid = _persist(valid, persisted)
     if options.incremental:
@@ -985,6 +1010,9 @@ def reconstruct(
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = _rename_families(states_in, renamed)
     routed = _persist(route_events(spark, valid, profile, families), persisted)
+    if not chosen.unit_time_snapshot and (carry is not None and carry.waits or _blocks(routed)):
+        # 7.0 with blocking reads: their units, for the family replays
+        routed = _persist(mark_units(routed.drop(EXEC_UNIT), times=False), persisted)
     old_waits = [(c, db, renamed.get((db, f), f)) for c, db, f in (carry.waits if carry else [])]
     rows = fan_out(
         routed, old_waits, states_in.select("db", "family") if states_in is not None else None

@@ -37,8 +37,8 @@ from typing import Any
 from pelengine.ingest.aof import xadd_id_position
 from pelengine.model import Replayer
 from pelengine.model.ids import ParseError, StreamID, parse_id
-from pelengine.model.replay import LUA_CLIENT, SCRIPT_CALLS
 from pelengine.model.state import Stream
+from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
 
 # how far below the line's millisecond the first row of a capture may look (it has
 # no line before it to bound its clock read)

@@ -40,6 +40,7 @@ from pelengine.model.state import (
     PendingEntry,
     Stream,
 )
+from pelengine.model.units import LUA_CLIENT
 
 if TYPE_CHECKING:
     from pelengine.model.replay import BlockedRead, Call, Replayer
@@ -557,9 +558,11 @@ def xreadgroup(r: Replayer, call: Call) -> None:
     last_id); 7.2+ does so on every call, and sets active time on ``>``
     deliveries that create PEL entries.
 
-    With BLOCK, a call that serves nothing (outside MULTI) blocks its client
-    until a later write to one of its keys serves it (see ``Replayer.block``),
-    its timeout passes (``BLOCK 0``: never) or the client sends something else.
+    With BLOCK, a call that serves nothing blocks its client until a later write
+    to one of its keys serves it (see ``Replayer.block``), its timeout passes
+    (``BLOCK 0``: never) or the client sends something else; inside an execution
+    unit (MULTI, a script) it never blocks. A script may not name BLOCK at all on
+    7.0 and 7.2 (an error); 7.4 and Valkey accept it.
     """
     argv = call.argv
     argc = len(argv)
@@ -574,6 +577,8 @@ def xreadgroup(r: Replayer, call: Call) -> None:
         moreargs = argc - i - 1
         low = argv[i].lower()
         if low == "block" and moreargs:
+            if call.client == LUA_CLIENT and not r.profile.script_block:
+                raise CommandError("block_in_script")
             i += 1
             timeout = parse_ll(argv[i])
             if timeout is None:

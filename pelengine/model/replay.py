@@ -33,6 +33,7 @@ from pelengine.model.state import (
     PendingEntry,
     Stream,
 )
+from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
 
 Row = dict[str, Any]
 
@@ -48,14 +49,16 @@ class Profile:
     unit_time_snapshot: bool
     # the entries_read/lag estimates of Valkey 8.1.1+ (see commands.range_has_tombstones)
     strict_lag: bool = False
+    # a script's XREADGROUP may name BLOCK (it never blocks); 7.0 and 7.2 refuse it
+    script_block: bool = True
 
 
 PROFILES: dict[str, Profile] = {
-    "7.0": Profile("7.0", False, False, False, False),
+    "7.0": Profile("7.0", False, False, False, False, script_block=False),
+    "7.2": Profile("7.2", True, True, True, True, script_block=False),
     "7.4": Profile("7.4", True, True, True, True),
     "valkey-8.1": Profile("valkey-8.1", True, True, True, True, strict_lag=True),
 }
-PROFILES["7.2"] = PROFILES["7.4"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ class ServerFamily:
 # Redis 7.4.2+ back-ported estimate fixes of its own (unlike Valkey's): not described.
 SERVER_FAMILIES: tuple[ServerFamily, ...] = (
     ServerFamily("redis", (7, 0), "7.0", "measured live against Redis 7.0.15"),
-    ServerFamily("redis", (7, 2), "7.4", "the 7.2+ family, from the server's source"),
+    ServerFamily("redis", (7, 2), "7.2", "the 7.2+ family, from the 7.2.4 source"),
     ServerFamily("redis", (7, 4), "7.4", "the 7.2+ family, from the 7.4.1 source", (0, 1)),
     ServerFamily("valkey", (8, 0), "7.4", "from the Valkey 8.0.1 source (as Redis 7.4.1)"),
     ServerFamily("valkey", (8, 1), "valkey-8.1", "measured live against Valkey 8.1.8", (1, 10**6)),
@@ -218,11 +221,6 @@ OTHER_WRITERS: dict[str, tuple[Handler, int]] = {
 # Key-level commands: applied when they reach a stream, ignored otherwise (the
 # model cannot tell a missing key from a key of another type it never saw).
 KEYSPACE_COMMANDS = frozenset({"DEL", "UNLINK", "RENAME", "RENAMENX", "FLUSHDB", "FLUSHALL"})
-
-# Commands that run a script: the commands it runs follow as rows of client ``lua``.
-SCRIPT_CALLS = frozenset({"EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO"})
-# The client MONITOR names for the commands a script runs ("[0 lua]").
-LUA_CLIENT = "lua"
 
 # Stream commands of newer Redis versions: unknown to the profiles modelled here.
 NEWER_STREAM_COMMANDS = frozenset({"XACKDEL", "XDELEX", "XNACK"})

@@ -191,6 +191,19 @@ def make_replay_function(
                 return [r for r in rows if r["group"] in own]
             return rows if lead else []
 
+        def drained() -> Iterator[pa.RecordBatch]:
+            """What the replay recorded since the last call, as output rows."""
+            changes = own_rows(replayer.drain_changes())
+            for row in changes:
+                row.update(as_of)
+            yield from emit("ownership_changes", changes)
+            versions = own_rows(replayer.drain_pel_history())
+            for row in versions:
+                row.update(as_of)
+            yield from emit("pel_history", versions)
+            yield from emit("delivery_segments", own_rows(replayer.drain_delivery_segments()))
+            yield from emit("group_incarnations", own_rows(replayer.drain_group_incarnations()))
+
         replayer = Replayer(
             profile,
             node_max_entries=node_max_entries,
@@ -212,11 +225,12 @@ def make_replay_function(
         for batch in batches:
             cols = batch.to_pydict()
             markers = cols.get("marker") or [False] * batch.num_rows
+            exec_units = cols.get("exec_unit") or [None] * batch.num_rows
             states = cols.get("state") or [None] * batch.num_rows
             silents = cols.get("silent") or [False] * batch.num_rows
             if "lead" in cols and batch.num_rows:
                 lead = bool(cols["lead"][0])
-            for seq, ts_ms, argv, db, client, fanout, marker, saved, silent in zip(
+            for seq, ts_ms, argv, db, client, fanout, marker, exec_unit, saved, silent in zip(
                 cols["seq"],
                 cols["ts_ms"],
                 cols["argv"],
@@ -224,6 +238,7 @@ def make_replay_function(
                 cols["client"],
                 cols["fanout"],
                 markers,
+                exec_units,
                 states,
                 silents,
                 strict=True,
@@ -254,14 +269,14 @@ def make_replay_function(
                         mark_n += 1
                         mark_x ^= digest
                 if marker:
-                    replayer.client_activity(ts_ms, client)
+                    replayer.client_activity(ts_ms, client, exec_unit)
                     continue
                 if silent:
                     # a stream-level command in a group's unit: the lead unit counts it
                     counted = replayer.counters, replayer.notes
                     replayer.counters, replayer.notes = Counters(), {}
                 try:
-                    outcome = replayer.apply(seq, ts_ms, argv, db, client)
+                    outcome = replayer.apply(seq, ts_ms, argv, db, client, exec_unit)
                 except Exception as exc:
                     raise ReplayRowError(
                         f"replay of {family} failed at the event "
@@ -285,18 +300,12 @@ def make_replay_function(
                             "stat_count": 1,
                         }
                     )
-            changes = own_rows(replayer.drain_changes())
-            for row in changes:
-                row.update(as_of)
-            yield from emit("ownership_changes", changes)
-            versions = own_rows(replayer.drain_pel_history())
-            for row in versions:
-                row.update(as_of)
-            yield from emit("pel_history", versions)
-            yield from emit("delivery_segments", own_rows(replayer.drain_delivery_segments()))
-            yield from emit("group_incarnations", own_rows(replayer.drain_group_incarnations()))
+            yield from drained()
             yield from emit("outcome", fanout_outcomes)
             fanout_outcomes = []
+        # the family's last execution unit ends with its rows: readers it unblocked
+        replayer.settle()
+        yield from drained()
         for table, rows in replayer.snapshot(as_of_ms, as_of_seq).items():
             yield from emit(table, own_rows(rows))
         yield from emit("stats", _stat_rows(replayer, fanout_counts))

@@ -1439,18 +1439,33 @@ versioned(
     ],
     {"7.0": {"pel": pel(("1-0", "b", 1011, 2))}, "7.4": {"pel": pel(("1-0", "b", 1010, 2))}},
 )
-# A script cannot block: its XREADGROUP ... BLOCK that finds nothing returns at once, and
-# a later write serves nobody.
-shared(
-    "a_scripts_blocking_read_does_not_wait",
-    [
+
+
+# A script cannot block: on 7.4 and Valkey its XREADGROUP ... BLOCK that finds nothing
+# returns at once, and a later write serves nobody; 7.0 and 7.2 refuse BLOCK in a script.
+def _script_block(outcome: str) -> list[S]:
+    return [
         *READ_ALL,
         S(1001, "EVAL script 1 s", "ignored", client="c1"),
-        S(1001, "XREADGROUP GROUP g b BLOCK 0 STREAMS s >", client="lua"),
+        S(1001, "XREADGROUP GROUP g b BLOCK 0 STREAMS s >", outcome, client="lua"),
         S(1002, "XADD s 4-0 f v", client="c2"),
-    ],
-    {"pel_ids": {SG: ["1-0", "2-0", "3-0"]}},
-)
+    ]
+
+
+for _profile, _outcome in [
+    ("7.0", "error:block_in_script"),
+    ("7.2", "error:block_in_script"),
+    ("7.4", "applied"),
+    ("valkey-8.1", "applied"),
+]:
+    VERSIONED.append(
+        Scenario(
+            f"a_scripts_blocking_read_does_not_wait[{_profile}]",
+            _script_block(_outcome),
+            {"pel_ids": {SG: ["1-0", "2-0", "3-0"]}},
+            profile=_profile,
+        )
+    )
 # Rule 11: the entries_read / lag estimates of Valkey 8.1.1+ (profile valkey-8.1), as
 # Valkey 8.1.8 and 9.1.2 report them; "7.4" is Redis up to 7.4.1.
 _READ1 = "XREADGROUP GROUP g c COUNT 1 STREAMS s >"

@@ -231,11 +231,12 @@ def _xadds_to_three_streams(spark: SparkSession) -> Any:
                 "client": None,
                 "fanout": False,
                 "family": f"k{i % 3}",
+                "exec_unit": None,
             }
             for i in range(1, 30)
         ],
         "seq long, ts_ms long, argv array<string>, db int, client string, "
-        "fanout boolean, family string",
+        "fanout boolean, family string, exec_unit long",
     )
 
 
@@ -417,6 +418,40 @@ def test_a_read_inside_multi_never_blocks_in_the_job(spark: SparkSession) -> Non
         assert _replay_tables(rows, profile)["pel"] == [], profile
         result = reconstruct(spark, events, ReconstructOptions(profile=profile))
         assert result.tables["pel"].count() == 0, profile
+        result.unpersist()
+
+
+def test_readers_are_served_once_a_unit_ended(spark: SparkSession) -> None:
+    """A server serves the readers a transaction's or a script's writes unblocked after
+    the unit, not after the write inside it: a reader blocked without COUNT gets every
+    entry the unit added (Redis 7.0.15 live: MULTI, XADD, XADD, EXEC serves both)."""
+    read = ["XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS"]
+    rows = [
+        {"seq": 1, "ts_ms": 100, "argv": ["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]},
+        {"seq": 2, "ts_ms": 100, "argv": ["XGROUP", "CREATE", "t", "g", "$", "MKSTREAM"]},
+        {"seq": 3, "ts_ms": 101, "argv": [*read, "s", ">"], "client": "r1"},
+        {"seq": 4, "ts_ms": 101, "argv": [*read, "t", ">"], "client": "r2"},
+        {"seq": 5, "ts_ms": 102, "argv": ["MULTI"], "client": "w"},
+        {"seq": 6, "ts_ms": 103, "argv": ["XADD", "s", "5-1", "f", "v"], "client": "w"},
+        {"seq": 7, "ts_ms": 103, "argv": ["XADD", "s", "5-2", "f", "v"], "client": "w"},
+        {"seq": 8, "ts_ms": 103, "argv": ["EXEC"], "client": "w"},
+        {"seq": 9, "ts_ms": 104, "argv": ["EVAL", "...", "1", "t"], "client": "w"},
+        {"seq": 10, "ts_ms": 104, "argv": ["XADD", "t", "6-1", "f", "v"], "client": "lua"},
+        {"seq": 11, "ts_ms": 104, "argv": ["XADD", "t", "6-2", "f", "v"], "client": "lua"},
+    ]
+    events = spark.createDataFrame(rows, EVENTS_SCHEMA)
+    expected = [("s", "5-1", "c"), ("s", "5-2", "c"), ("t", "6-1", "c"), ("t", "6-2", "c")]
+    for profile in ("7.0", "7.4", "valkey-8.1"):
+        assert [p[:3] for p in _replay_tables(rows, profile)["pel"]] == expected, profile
+        result = reconstruct(spark, events, ReconstructOptions(profile=profile))
+        got = sorted((p["key"], p["id"], p["consumer"]) for p in result.tables["pel"].collect())
+        assert got == expected, profile
+        served = sorted(
+            (c["seq"], c["request_seq"], c["id"])
+            for c in result.tables["ownership_changes"].collect()
+        )
+        # the served reads are the writes' doing, the last write of each unit
+        assert served == [(7, 3, "5-1"), (7, 3, "5-2"), (11, 4, "6-1"), (11, 4, "6-2")], profile
         result.unpersist()
 
 
