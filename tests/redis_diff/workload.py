@@ -230,7 +230,16 @@ class Workload:
             return MISSING_KEY
         return self.stream_key()
 
-    def group_for(self, key: str) -> str:
+    def group_for(self, key: str, pending: float = 0.0) -> str:
+        """A group of the key (mostly a known one); ``pending``: the chance to look for
+        one with pending entries first (a probe)."""
+        if pending and self.rng.random() < pending:
+            _now, groups = self.rec.probe("XINFO", "GROUPS", key)
+            with_pel = sorted(
+                g["name"] for g in map(_pairs, groups or []) if int(g.get("pending", 0)) > 0
+            )
+            if with_pel:
+                return self.rng.choice(with_pel)
         known = sorted(self.k.groups.get(key, ()))
         if known and self.rng.random() < 0.85:
             return self.rng.choice(known)
@@ -441,7 +450,7 @@ class Workload:
         inside a unit from what the unit's earlier commands may deliver)."""
         rng = self.rng
         r = rng.random()
-        zero = 0.45 if unit is not None else 0.15  # a unit's claims mostly claim
+        zero = 0.6 if unit is not None else 0.15  # a unit's claims mostly claim
         if r < zero:
             return "0", None
         if r < zero + 0.07:
@@ -644,24 +653,24 @@ class Workload:
         are candidates of the idle check too)."""
         rng = self.rng
         key = key or self.some_key()
-        group = self.group_for(key)
+        group = self.group_for(key, pending=0.7 if unit is not None else 0.0)
         min_idle, guard = self.choose_min_idle(key, group, unit)
         argv = [self.kw("XCLAIM"), key, group, self.consumer(), min_idle]
         argv += self.xclaim_ids(key, group, from_pel=0.8 if unit is not None else 0.0)
         now = self.k.now_ms
-        timed = 0.45 if unit is not None else 0.0
+        boost = 0.45 if unit is not None else 0.0  # a unit: TIME, IDLE, FORCE more often
         opts: list[list[str]] = []
-        if rng.random() < 0.2 + timed:
+        if rng.random() < 0.2 + boost:
             idle = rng.choice([0, rng.randint(1, 200), rng.randint(1000, 100_000), -5, 10**14])
             opts.append([self.kw("IDLE"), str(idle)])
-        if rng.random() < 0.15 + timed:
+        if rng.random() < 0.15 + boost:
             past = now - rng.randint(0, 100_000)
             negative = -rng.randint(2, 5000)
             at = rng.choice([past, now + 100_000, -1, negative, 0, 1000, now - 20])
             opts.append([self.kw("TIME"), str(at)])  # a future one: the server's now
         if rng.random() < 0.2:
             opts.append([self.kw("RETRYCOUNT"), str(rng.choice([0, 1, 2, 5, 7]))])
-        if rng.random() < 0.2:
+        if rng.random() < 0.2 + boost / 3:
             opts.append([self.kw("FORCE")])
         if rng.random() < 0.3:
             opts.append([self.kw("JUSTID")])
