@@ -300,7 +300,7 @@ def test_workload_sends_every_kind_of_unit(clean_redis: RedisServer) -> None:
     """MULTI/EXEC (and DISCARD, and EXECABORT) and scripts (EVAL, EVALSHA), each with
     every command of ``UNIT_COMMANDS`` run inside (valid or not), failures when run among
     them; every unit is one round trip whose rows are what MONITOR shows."""
-    result = run_workload(clean_redis, 4242, 2000, db=9)
+    result = run_workload(clean_redis, 4243, 3000, db=9)  # claims by TIME and by IDLE: ~9 each
     units = result.units
     kinds = Counter((u.kind, u.end, u.aborted) for u in units)
     for kind in [
