@@ -59,6 +59,13 @@ def _id_cols(text: str) -> dict[str, Any]:
     }
 
 
+def _active_time(consumer: dict[str, Any]) -> int | None:
+    """A consumer's ``active-time`` (7.2+ and Valkey; 7.0 has none): ``None`` also where
+    the consumer was never active (the server says -1)."""
+    value = consumer.get("active-time")
+    return None if value is None or int(value) == -1 else int(value)
+
+
 def read_stream(
     client: redis.Redis, db: int, key: str, cross_check: bool = True
 ) -> dict[str, list]:
@@ -116,7 +123,7 @@ def read_stream(
                     "consumer": c["name"],
                     "pending": c["pel-count"],
                     "seen_time_ms": int(c["seen-time"]),
-                    "active_time_ms": None,  # 7.0 has no active-time
+                    "active_time_ms": _active_time(c),
                     "oldest_pending_id": min(own, key=lambda e: parse_id(e[0]))[0] if own else None,
                     "earliest_delivery_time_ms": min(e[1] for e in own) if own else None,
                     "max_delivery_count": max(e[2] for e in own) if own else None,
@@ -167,6 +174,15 @@ def _cross_check(client: redis.Redis, db: int, key: str, out: dict[str, list]) -
         owned = {r["consumer"]: r["pending"] for r in out["ownership"] if r["group"] == name}
         if {n: c["pending"] for n, c in consumers.items()} != owned:
             raise TruthReadError(f"{db}/{key}/{name}: XINFO CONSUMERS != FULL")
+        # 'inactive' (7.2+ and Valkey) is -1 exactly where FULL's active-time is
+        inactive = {n: c["inactive"] for n, c in consumers.items() if "inactive" in c}
+        never = {
+            r["consumer"]
+            for r in out["ownership"]
+            if r["group"] == name and r["active_time_ms"] is None
+        }
+        if inactive and {n for n, v in inactive.items() if v == -1} != never:
+            raise TruthReadError(f"{db}/{key}/{name}: XINFO CONSUMERS inactive != FULL")
         summary = client.execute_command("XPENDING", key, name)
         if summary[0] != row["pending"]:
             raise TruthReadError(
