@@ -1,8 +1,8 @@
 """Helpers of the AOF (effects log) differential tests.
 
-``aof_server()`` starts a 7.0 server that appends every write to a multi-part
+``aof_server(kind)`` starts a server of that kind that appends every write to a multi-part
 AOF (no RDB preamble, fsync always, so the files hold every reply's command);
-``loaded_copy(server)`` starts a FRESH server on a copy of that ``appendonlydir``
+``loaded_truth(server)`` starts a FRESH server of the same kind on a copy of that ``appendonlydir``
 (it loads the AOF); ``effects_truth`` reads its state without the consumers'
 seen times (a loading server sets them to its load time, events.md).
 """
@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from typing import Any
 
-from tests.redis_diff.server import RedisServer, start_server, stop_server
+from tests.redis_diff.server import RedisServer, ServerKind, start_or_fail, stop_server
 from tests.redis_diff.truth import read_truth
 
 AOF_ARGS = (
@@ -31,9 +31,9 @@ AOF_ARGS = (
 NOT_IN_AN_AOF = {"ownership": ("seen_time_ms", "active_time_ms")}
 
 
-def aof_server(timestamps: bool = False) -> RedisServer:
+def aof_server(kind: ServerKind, timestamps: bool = False) -> RedisServer:
     args = AOF_ARGS + (("--aof-timestamp-enabled", "yes") if timestamps else ())
-    return start_server(extra_args=args)
+    return start_or_fail(kind, extra_args=args)
 
 
 def aof_dir(server: RedisServer) -> str:
@@ -48,9 +48,10 @@ def copy_aof(server: RedisServer) -> str:
 
 
 def loaded_truth(server: RedisServer, dbs: list[int] | None = None) -> dict[str, list[dict]]:
-    """The state of a fresh server that loaded a copy of ``server``'s AOF."""
+    """The state of a fresh server of the same kind (the same binary) that loaded a copy
+    of ``server``'s AOF."""
     workdir = copy_aof(server)
-    loaded = start_server(extra_args=AOF_ARGS, workdir=workdir)
+    loaded = start_or_fail(server.kind, extra_args=AOF_ARGS, workdir=workdir)
     try:
         return effects_only(read_truth(loaded, dbs))
     finally:

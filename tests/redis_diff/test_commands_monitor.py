@@ -1,4 +1,4 @@
-"""A MONITOR capture is a command log the engine can replay: proven against the real server.
+"""A MONITOR capture is a command log the engine can replay: proven against the real servers.
 
 Each seed runs the seeded random workload (every command of the contract, valid
 and invalid, ``XADD *``, ``MAXLEN ~``/``MINID ~``) and then a blocking phase
@@ -10,12 +10,13 @@ runs with ``appendonly yes``. The events rows come from the capture file
 server's AOF (``pelengine.ingest.pin``, as ``ingest-monitor --ids-from-aof``
 does; MONITOR stamps a line after the command ran, so ``ts_ms`` alone is one
 millisecond late for about 1 ``XADD *`` in 250), and are replayed through
-``Replayer("7.0")``; every table is compared with the
-server mid-run (checkpoints) and at the end, and every command's outcome and
-``ownership_changes`` with the server's reply to it.
+``Replayer(server.profile)`` on every kind of server (Redis 7.0, Valkey 8.1,
+Valkey 9.1); every table is compared with the server mid-run (checkpoints) and at
+the end, and every command's outcome and ``ownership_changes`` with the server's
+reply to it.
 
-Knobs: ``PELENGINE_MONITOR_SEEDS=1,2`` or a count (default 20),
-``PELENGINE_MONITOR_COMMANDS`` (default 600).
+Knobs (every server): ``PELENGINE_MONITOR_SEEDS=301,302`` or a count N (seeds 301..),
+``PELENGINE_MONITOR_COMMANDS``; the defaults are per server (``SEEDS_PER_KIND``).
 """
 
 from __future__ import annotations
@@ -36,54 +37,63 @@ from tests.redis_diff.monitor_capture import (
     run_blocking_phase,
     xadd_id_mismatches,
 )
-from tests.redis_diff.server import RedisServer, stop_server
+from tests.redis_diff.server import (
+    RedisServer,
+    ServerKind,
+    env_seeds,
+    kind_cases,
+    stop_server,
+)
 from tests.redis_diff.truth import read_truth
 from tests.redis_diff.workload import run_workload
 
 pytestmark = pytest.mark.redis
 
-_SEEDS_ENV = os.environ.get("PELENGINE_MONITOR_SEEDS", "20")
-SEEDS = (
-    [int(s) for s in _SEEDS_ENV.split(",") if s]
-    if "," in _SEEDS_ENV
-    else list(range(301, 301 + int(_SEEDS_ENV)))
-)
-COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_MONITOR_COMMANDS", "600"))
+# seeds from 301 per server (counts chosen for the suite's time budget, README)
+SEEDS_PER_KIND = {"redis-7.0": 6, "valkey-8.1": 5, "valkey-9.1": 5}
+COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_MONITOR_COMMANDS", "3000"))
 CHECKPOINT_EVERY = 200
 
 
+def cases(kind: ServerKind) -> list[tuple[int]]:
+    default = list(range(301, 301 + SEEDS_PER_KIND[kind.name]))
+    return [(s,) for s in env_seeds("PELENGINE_MONITOR_SEEDS", default, count_from=301)]
+
+
 @pytest.fixture
-def aof_redis() -> Any:
+def aof_redis(server_kind: ServerKind) -> Any:
     """A server of its own that appends every write to an AOF (fresh per seed)."""
-    server = aof_server()
+    server = aof_server(server_kind)
     try:
         yield server
     finally:
         stop_server(server)
 
 
-@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed_{s}" for s in SEEDS])
+@pytest.mark.parametrize(
+    ("server_kind", "seed"), kind_cases(cases, lambda s: f"seed_{s}"), indirect=["server_kind"]
+)
 def test_monitor_capture_replays_to_the_server_state(
     aof_redis: RedisServer, seed: int, tmp_path: Path
 ) -> None:
-    clean_redis = aof_redis
+    server = aof_redis
     db = seed % 16
-    capture = MonitorCapture(clean_redis, tmp_path / "monitor.log")
+    capture = MonitorCapture(server, tmp_path / "monitor.log")
     try:
         result = run_workload(
-            clean_redis,
+            server,
             seed,
             COMMANDS_PER_SEED,
             db=db,
             checkpoint_every=CHECKPOINT_EVERY,
             star_mode="keep",
         )
-        blocking = run_blocking_phase(clean_redis, seed, db)
+        blocking = run_blocking_phase(server, seed, db)
     finally:
         path = capture.stop()
-    truth = read_truth(clean_redis, [db])
+    truth = read_truth(server, [db])
     sent: list[Record] = result.records + blocking
-    aligned = align(path, sent, ids_from_aof=aof_dir(clean_redis))
+    aligned = align(path, sent, ids_from_aof=aof_dir(server))
     pins = aligned.pins
     assert pins is not None
 
@@ -109,12 +119,13 @@ def test_monitor_capture_replays_to_the_server_state(
     assert pins.unpinned == 0, pins.unpinned_examples
     assert sorted(pins.moved_seqs) == sorted(aligned.star_ms_later_seqs), pins.examples
     verdict = check_model(
-        f"monitor seed {seed} (db {db})",
+        f"{server.kind.name} monitor seed {seed} (db {db})",
         aligned.records,
         truth,
         remap_checkpoints(result.checkpoints, aligned.seq_of),
+        profile=server.profile,
     )
-    id_mismatches = xadd_id_mismatches(aligned.records)
+    id_mismatches = xadd_id_mismatches(aligned.records, profile=server.profile)
     unjudged = sum(
         1 for r in aligned.records if r.note == UNJUDGED and r.argv[0].upper() in STREAM_WRITES
     )
@@ -138,7 +149,7 @@ def test_monitor_capture_replays_to_the_server_state(
             tmp_path / f"monitor-seed-{seed}.jsonl",
             aligned.records,
             verdict,
-            {"seed": seed, "db": db, "server": clean_redis.version, "capture": str(path)},
+            {"seed": seed, "db": db, **server.meta(), "capture": str(path)},
         )
         pytest.fail(
             f"{verdict.report()}\nXADD IDs: {id_mismatches[:5]}\n"

@@ -1,12 +1,16 @@
-"""Effects logs: a real 7.0 server's AOF, ingested and replayed, must equal the state
-of a fresh server that loaded the same AOF (consumers' seen times excepted).
+"""Effects logs: a real server's AOF, ingested and replayed, must equal the state
+of a fresh server of the same kind that loaded the same AOF (consumers' seen and
+active times excepted), on every kind of server (Redis 7.0, Valkey 8.1, Valkey 9.1).
 
 Each seed runs the random workload (tests/redis_diff/workload.py) against a
 server with ``appendonly yes``, ``aof-use-rdb-preamble no``, ``appendfsync
 always`` (no rewrite: the base stays empty and the incr file holds every
 write). The appendonlydir is read by ``pelengine.ingest.aof.read_aof`` (pure),
-replayed through ``Replayer("7.0")`` and compared, table by table, with a
-FRESH server started on a copy of that appendonlydir.
+replayed through ``Replayer(server.profile)`` and compared, table by table, with a
+FRESH server (the same binary) started on a copy of that appendonlydir.
+
+Knobs: ``PELENGINE_AOF_SEEDS=301,302`` (every server), ``PELENGINE_AOF_LONG_SEEDS``,
+``PELENGINE_DIFF_COMMANDS``.
 """
 
 from __future__ import annotations
@@ -21,26 +25,30 @@ from pelengine.ingest.aof import read_aof
 from tests.redis_diff.aof_support import aof_dir, aof_server, loaded_truth
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.harness import pending_delivery_counts
-from tests.redis_diff.server import stop_server
+from tests.redis_diff.server import RedisServer, ServerKind, env_seeds, kind_cases, stop_server
 from tests.redis_diff.truth import TABLES
 from tests.redis_diff.workload import run_workload
 
 pytestmark = pytest.mark.redis
 
-SEEDS = [int(s) for s in os.environ.get("PELENGINE_AOF_SEEDS", "").split(",") if s] or list(
-    range(301, 321)
-)
-COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_DIFF_COMMANDS", "2000"))
+# mixed seeds from 301 per server (counts chosen for the suite's time budget, README)
+SEEDS_PER_KIND = {"redis-7.0": 6, "valkey-8.1": 5, "valkey-9.1": 5}
+COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_DIFF_COMMANDS", "3000"))
 JOB_SEEDS = 3
 # "long_streams" seeds: '~' trimming over many nodes (the AOF holds the exact result)
-LONG_SEEDS = [1301, 1302]
-CASES = [(s, "mixed") for s in SEEDS] + [(s, "long_streams") for s in LONG_SEEDS]
+LONG_SEEDS_PER_KIND = {"redis-7.0": [1301, 1302], "valkey-8.1": [1301], "valkey-9.1": [1302]}
 
 
-def replay_rows(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def cases(kind: ServerKind) -> list[tuple[int, str]]:
+    seeds = env_seeds("PELENGINE_AOF_SEEDS", list(range(301, 301 + SEEDS_PER_KIND[kind.name])))
+    long_seeds = env_seeds("PELENGINE_AOF_LONG_SEEDS", LONG_SEEDS_PER_KIND[kind.name])
+    return [(s, "mixed") for s in seeds] + [(s, "long_streams") for s in long_seeds]
+
+
+def replay_rows(rows: list[dict[str, Any]], profile: str) -> dict[str, list[dict[str, Any]]]:
     from pelengine.model import Replayer
 
-    replayer = Replayer("7.0")
+    replayer = Replayer(profile)
     for r in rows:
         replayer.apply(r["seq"], r["ts_ms"], r["argv"], r["db"], r["client"])
     last = rows[-1] if rows else {"ts_ms": 0, "seq": 0}
@@ -57,13 +65,13 @@ def history(rows: list[dict[str, Any]], db: int, key: str, n: int = 25) -> list[
 
 
 @pytest.mark.parametrize(
-    ("seed", "shape"),
-    CASES,
-    ids=[f"seed_{s}" if shape == "mixed" else f"long_seed_{s}" for s, shape in CASES],
+    ("server_kind", "seed", "shape"),
+    kind_cases(cases, lambda s, shape: f"seed_{s}" if shape == "mixed" else f"long_seed_{s}"),
+    indirect=["server_kind"],
 )
-def test_aof_replay_matches_loading_server(seed: int, shape: str) -> None:
+def test_aof_replay_matches_loading_server(server_kind: ServerKind, seed: int, shape: str) -> None:
     db = seed % 16
-    server = aof_server(timestamps=seed % 2 == 0)  # even seeds: #TS annotations too
+    server = aof_server(server_kind, timestamps=seed % 2 == 0)  # even seeds: #TS annotations
     try:
         t0 = time.perf_counter()
         run_workload(server, seed, COMMANDS_PER_SEED, db=db, shape=shape)
@@ -77,12 +85,13 @@ def test_aof_replay_matches_loading_server(seed: int, shape: str) -> None:
     assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
     assert all(b["ts_ms"] >= a["ts_ms"] for a, b in zip(rows, rows[1:], strict=False))
     t1 = time.perf_counter()
-    got = replay_rows(rows)
+    got = replay_rows(rows, server.profile)
     t_replay = time.perf_counter() - t1
     problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
     n_truth = sum(len(truth[t]) for t in TABLES)
     print(
-        f"seed {seed} {shape} (db {db}): {COMMANDS_PER_SEED} commands sent, {len(rows)} AOF rows, "
+        f"{server.describe()} seed {seed} {shape} (db {db}): {COMMANDS_PER_SEED} commands "
+        f"sent, {len(rows)} AOF rows, "
         f"{n_truth} truth rows, workload {t_workload:.2f}s, replay {t_replay:.2f}s, "
         f"mismatches {len(problems)}"
     )
@@ -96,7 +105,9 @@ def test_aof_replay_matches_loading_server(seed: int, shape: str) -> None:
 
 
 @pytest.mark.spark
-def test_aof_through_ingest_and_job_matches_loading_server(spark: Any, tmp_path) -> None:
+def test_aof_through_ingest_and_job_matches_loading_server(
+    server_kind: ServerKind, spark: Any, tmp_path
+) -> None:
     """Several seeds in several dbs of one AOF server: ``ingest_aof`` writes the events
     table, ``reconstruct`` replays it, every table equals the loading server's."""
     from pelengine.pipeline import ReconstructOptions, reconstruct
@@ -106,7 +117,7 @@ def test_aof_through_ingest_and_job_matches_loading_server(spark: Any, tmp_path)
     from tests.redis_diff.test_differential_job import collect_tables
 
     seeds = [401 + i for i in range(JOB_SEEDS)]
-    server = aof_server(timestamps=True)
+    server: RedisServer = aof_server(server_kind, timestamps=True)
     try:
         counter = SeqCounter(1)
         for i, seed in enumerate(seeds):
@@ -117,11 +128,13 @@ def test_aof_through_ingest_and_job_matches_loading_server(spark: Any, tmp_path)
     finally:
         stop_server(server)
     assert report["appended"] > 0 and not report["notes"]
-    result = reconstruct(spark, read_table(spark, events), ReconstructOptions(profile="7.0"))
+    result = reconstruct(
+        spark, read_table(spark, events), ReconstructOptions(profile=server.profile)
+    )
     got = collect_tables(result)
     problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
     print(
-        f"job: seeds {seeds}, {report['appended']} AOF rows, "
+        f"job on {server.describe()}: seeds {seeds}, {report['appended']} AOF rows, "
         f"{sum(len(truth[t]) for t in TABLES)} truth rows, mismatches {len(problems)}"
     )
     assert not problems, format_mismatches(problems, 30)

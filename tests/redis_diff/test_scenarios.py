@@ -1,8 +1,9 @@
 """Edge cases of semantics.md, one scenario each, judged by the real server.
 
-Every scenario runs on an empty ``redis-server`` 7.0 with the same capture as the
-random workloads; the recorded rows are replayed through ``Replayer("7.0")`` and
-the model's tables are compared with the server's after every step. No expected
+Every scenario runs on an empty server of each kind (Redis 7.0, Valkey 8.1, Valkey
+9.1) with the same capture as the random workloads; the recorded rows are replayed
+through ``Replayer(server.profile)`` and the model's tables are compared with the
+server's after every step. No expected
 value is written here: ``Expect`` steps only guard that a scenario still
 exercises its edge (e.g. that something was claimed).
 """
@@ -987,13 +988,22 @@ SCENARIOS: list[Scenario] = [
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_scenario_matches_redis_7_0(clean_redis: RedisServer, scenario: Scenario, tmp_path) -> None:
+def test_scenario_matches_server(clean_redis: RedisServer, scenario: Scenario, tmp_path) -> None:
     run = run_scenario(clean_redis, scenario)
-    verdict = check_model(scenario.name, run.records, run.truth, run.checkpoints)
+    verdict = check_model(
+        f"{scenario.name} [{clean_redis.kind.name}]",
+        run.records,
+        run.truth,
+        run.checkpoints,
+        profile=clean_redis.profile,
+    )
     print(verdict.summary())
     if not verdict.ok:
         dumped = save_failure(
-            tmp_path / f"{scenario.name}.jsonl", run.records, verdict, {"scenario": scenario.name}
+            tmp_path / f"{scenario.name}.jsonl",
+            run.records,
+            verdict,
+            {"scenario": scenario.name, **clean_redis.meta()},
         )
         commands = "\n".join("  " + r.describe() for r in run.records)
         pytest.fail(f"{verdict.report()}\nall commands:\n{commands}\nlog: {dumped}", pytrace=False)
@@ -1045,12 +1055,15 @@ def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -
         for table, trows in run.truth.items():
             truth[table] += [{**t, "db": 100 * i + t["db"]} for t in trows]
     events = spark.createDataFrame(rows, events_schema())
-    got = collect_tables(reconstruct(spark, events, ReconstructOptions(profile="7.0")))
+    got = collect_tables(
+        reconstruct(spark, events, ReconstructOptions(profile=redis_server.profile))
+    )
     problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
     change_problems = check_job_changes(records, got.get("ownership_changes", []))
     print(
-        f"{len(chosen)} scenarios, {len(rows)} events through the job, {len(problems)} "
-        f"mismatches, {len(change_problems)} ownership_changes disagreeing with replies"
+        f"{redis_server.describe()}: {len(chosen)} scenarios, {len(rows)} events through "
+        f"the job, {len(problems)} mismatches, {len(change_problems)} ownership_changes "
+        "disagreeing with replies"
     )
     assert not change_problems, "\n".join(change_problems[:20])
     if problems:

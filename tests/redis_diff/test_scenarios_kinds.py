@@ -14,22 +14,26 @@ sent. Here the log comes from the server instead, for both kinds of events.md:
   command's outcome and ``ownership_changes`` against its reply.
 * **effects** (an AOF): the server runs with ``appendonly yes``; its
   ``appendonlydir`` is read by ``pelengine.ingest.aof.read_aof`` and replayed
-  through ``Replayer("7.0")``. The end state is compared with a FRESH server that
+  through ``Replayer(profile)``. The end state is compared with a FRESH server that
   loaded a copy of the AOF (``loaded_truth``: consumers' seen/active times are not
   in an AOF). After every step, the AOF rows written so far (``appendfsync
   always``: a command's effects are in the file before its reply) are compared
-  with the live server's state at that step, on what a 7.0 AOF carries of a live
+  with the live server's state at that step, on what an AOF carries of a live
   run (``NEVER_CARRIED``, ``NOT_AFTER_HISTORY_READS``).
 
-One run per scenario serves both kinds: the AOF server is captured by MONITOR at
-the same time. The run is a module-scoped fixture parametrized (indirectly) by
-scenario, so pytest runs ``test_commands_kind[x]`` and ``test_effects_kind[x]``
-back to back on the same run and drops it before the next scenario.
+Every scenario runs on every kind of server (Redis 7.0, Valkey 8.1, Valkey 9.1;
+the ``server_kind`` fixture), replayed with that server's profile. One run per
+scenario and server serves both kinds of log: the AOF server is captured by
+MONITOR at the same time. The run is a module-scoped fixture parametrized
+(indirectly) by scenario, so pytest runs ``test_commands_kind[x]`` and
+``test_effects_kind[x]`` back to back on the same run and drops it before the next
+scenario.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +54,7 @@ from tests.redis_diff.monitor_capture import (
     xadd_id_mismatches,
 )
 from tests.redis_diff.scenario import Scenario, ScenarioRun, run_scenario
-from tests.redis_diff.server import stop_server
+from tests.redis_diff.server import RedisServer, ServerKind, stop_server
 from tests.redis_diff.test_scenarios import SCENARIOS
 from tests.redis_diff.truth import TABLES
 
@@ -71,6 +75,7 @@ class KindsRun:
     """One run of a scenario on an AOF server captured by MONITOR."""
 
     scenario: Scenario
+    server: RedisServer  # stopped: what it was (kind, version, profile)
     run: ScenarioRun
     capture: Path
     aligned: Aligned
@@ -83,10 +88,11 @@ class KindsRun:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def run_both_kinds(scenario: Scenario, workdir: Path) -> KindsRun:
-    """Run ``scenario`` once on a fresh AOF server under MONITOR; collect both logs."""
+def run_both_kinds(scenario: Scenario, kind: ServerKind, workdir: Path) -> KindsRun:
+    """Run ``scenario`` once on a fresh AOF server of ``kind`` under MONITOR; collect both
+    logs."""
     t0 = time.perf_counter()
-    server = aof_server()
+    server = aof_server(kind)
     try:
         directory = aof_dir(server)
         state = AofState()
@@ -115,6 +121,7 @@ def run_both_kinds(scenario: Scenario, workdir: Path) -> KindsRun:
         stop_server(server)
     return KindsRun(
         scenario=scenario,
+        server=server,
         run=run,
         capture=path,
         aligned=aligned,
@@ -129,10 +136,13 @@ def run_both_kinds(scenario: Scenario, workdir: Path) -> KindsRun:
 
 @pytest.fixture(scope="module")
 def kinds_run(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    server_kind: ServerKind,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[KindsRun]:
     scenario = BY_NAME[request.param]
-    yield run_both_kinds(scenario, tmp_path_factory.mktemp(scenario.name))
+    workdir = tmp_path_factory.mktemp(f"{server_kind.name}-{scenario.name}")
+    yield run_both_kinds(scenario, server_kind, workdir)
 
 
 def _names(kind: str) -> list[str]:
@@ -159,9 +169,16 @@ def test_commands_kind(kinds_run: KindsRun, tmp_path: Path) -> None:
     assert pins.unpinned == 0, pins.unpinned_examples
     assert sorted(pins.moved_seqs) == sorted(aligned.star_ms_later_seqs), pins.examples
     checkpoints = remap_checkpoints(run.checkpoints, aligned.seq_of)
-    verdict = check_model(f"{name} [commands]", aligned.records, run.truth, checkpoints)
+    server = kinds_run.server
+    verdict = check_model(
+        f"{name} [commands, {server.kind.name}]",
+        aligned.records,
+        run.truth,
+        checkpoints,
+        profile=server.profile,
+    )
     # every ID an executed XADD made, not only those still there at a checkpoint
-    id_mismatches = xadd_id_mismatches(aligned.records)
+    id_mismatches = xadd_id_mismatches(aligned.records, profile=server.profile)
     print(
         f"{verdict.summary()}; {len(checkpoints)} of {len(run.checkpoints)} checkpoints "
         f"mapped; XADD IDs differing from the reply: {len(id_mismatches)}; "
@@ -173,7 +190,12 @@ def test_commands_kind(kinds_run: KindsRun, tmp_path: Path) -> None:
             tmp_path / f"{name}-commands.jsonl",
             aligned.records,
             verdict,
-            {"scenario": name, "kind": "commands", "capture": str(kinds_run.capture)},
+            {
+                "scenario": name,
+                "kind": "commands",
+                **server.meta(),
+                "capture": str(kinds_run.capture),
+            },
         )
         rows = "\n".join("  " + r.describe() for r in aligned.records if r.note != "unjudged")
         pytest.fail(
@@ -185,15 +207,20 @@ def test_commands_kind(kinds_run: KindsRun, tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------- effects kind
 
-# What a Redis 7.0 AOF does not carry from the live run, so the per-step comparison with
-# the LIVE server leaves it out (the end is compared in full with a server that loaded
-# the AOF, which is the truth of an effects log):
-# * consumers' seen/active times: the loading server sets them to its load time;
+# What an AOF does not carry from the live run, so the per-step comparison with the LIVE
+# server leaves it out (the end is compared in full with a server that loaded the AOF,
+# which is the truth of an effects log):
+# * consumers' seen/active times: the loading server sets them to its load time (Redis
+#   7.0 and Valkey 8.1/9.1 alike; Valkey's active time too, where the AOF claims);
 # * groups' entries_read (and the lag derived from it): XREADGROUP propagates its
 #   deliveries as XCLAIM ... LASTID, which moves last_delivered_id, not entries_read;
 # * what a history read (XREADGROUP with an ID, not '>') did: it bumps delivery counts
 #   and times and can create a consumer, and propagates nothing. From the first one on,
-#   the delivery columns, the consumers and ownership are left to the end comparison.
+#   the delivery columns, the consumers and ownership are left to the end comparison;
+# * with eager consumer creation (profile 7.4: Valkey 8.1/9.1), a consumer that an
+#   XREADGROUP, XCLAIM or XAUTOCLAIM created while delivering or claiming nothing: the
+#   command propagates nothing, so the consumer is live only until a propagated command
+#   names it (``without_unpropagated_consumers``).
 NEVER_CARRIED = {"ownership": ("seen_time_ms", "active_time_ms"), "groups": ("entries_read", "lag")}
 NOT_AFTER_HISTORY_READS = {"pel": ("delivery_time_ms", "delivery_count"), "groups": ("consumers",)}
 
@@ -226,6 +253,26 @@ def carried(
     return out, names
 
 
+def without_unpropagated_consumers(
+    expected: dict[str, list[dict[str, Any]]], got: dict[str, list[dict[str, Any]]]
+) -> dict[str, list[dict[str, Any]]]:
+    """``expected`` without the live consumers that own nothing and that the AOF never
+    named (the replay has no such consumer); each group's ``consumers`` counts the rest."""
+    if "ownership" not in expected:
+        return expected  # consumers are not compared (after a history read)
+
+    def consumer(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["db"], r["key"], r["group"], r["consumer"])
+
+    replayed = {consumer(r) for r in got["ownership"]}
+    kept = [r for r in expected["ownership"] if r["pending"] or consumer(r) in replayed]
+    counts = Counter(consumer(r)[:3] for r in kept)
+    groups = [
+        {**g, "consumers": counts[(g["db"], g["key"], g["group"])]} for g in expected["groups"]
+    ]
+    return {**expected, "ownership": kept, "groups": groups}
+
+
 def _snapshot(replayer: Any, rows: list[dict[str, Any]], upto: int) -> dict[str, list[Any]]:
     last = rows[upto - 1] if upto else {"ts_ms": 0, "seq": 0}
     return replayer.snapshot(as_of_ms=last["ts_ms"], as_of_seq=last["seq"])
@@ -235,14 +282,16 @@ def _snapshot(replayer: Any, rows: list[dict[str, Any]], upto: int) -> dict[str,
 def test_effects_kind(kinds_run: KindsRun) -> None:
     """The AOF of the scenario replays to the state of a server that loaded it; and
     after every step, its rows so far to the live server's state (what the AOF carries)."""
-    from pelengine.model import Replayer
+    from pelengine.model import Replayer, get_profile
 
     name = kinds_run.scenario.name
     rows = kinds_run.aof_rows
     assert not kinds_run.aof_notes, kinds_run.aof_notes  # a clean AOF: nothing cut off
     assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
     history_from = first_history_read(kinds_run.run.records)
-    replayer = Replayer("7.0")
+    profile = kinds_run.server.profile
+    replayer = Replayer(profile)
+    eager_consumers = get_profile(profile).eager_consumers
     applied = 0
     failures: list[str] = []
     for step, (seq, upto, live) in enumerate(kinds_run.aof_checkpoints):
@@ -252,6 +301,8 @@ def test_effects_kind(kinds_run: KindsRun) -> None:
         after_history = history_from is not None and seq >= history_from
         expected, names = carried(live, after_history)
         got = _snapshot(replayer, rows, upto)
+        if eager_consumers:
+            expected = without_unpropagated_consumers(expected, got)
         problems = compare_tables(expected, got, names)
         if not after_history:
             problems += pending_delivery_counts(expected, got)
@@ -273,7 +324,8 @@ def test_effects_kind(kinds_run: KindsRun) -> None:
         )
     partial = "" if history_from is None else " (fewer columns from its first history read)"
     print(
-        f"{name} [effects]: {len(rows)} AOF rows; {len(kinds_run.aof_checkpoints)} steps "
+        f"{name} [effects, {kinds_run.server.describe()}]: {len(rows)} AOF rows; "
+        f"{len(kinds_run.aof_checkpoints)} steps "
         f"compared with the live server{partial}; the end with the loading server "
         f"({sum(len(kinds_run.loaded[t]) for t in TABLES)} rows): "
         f"{'MISMATCHES' if failures else 'no mismatch'}"
