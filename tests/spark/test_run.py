@@ -90,9 +90,9 @@ def test_cli_reconstruct_and_summary(
     assert code == 0
     assert "applied 5" in printed and "rejected 1" in printed
     report = json.loads((tmp_path / "out" / "_run_report.json").read_text())
-    assert report["profile"] == "7.4"
+    assert report["profile"] == "valkey-8.1"
     assert report["profile_reason"] == "valkey-8.1.8: measured live against Valkey 8.1.8"
-    assert "profile 7.4 (valkey-8.1.8: measured live against Valkey 8.1.8)" in printed
+    assert "profile valkey-8.1 (valkey-8.1.8: measured live against Valkey 8.1.8)" in printed
     assert cli.run(["summary", "--out", out], spark=spark, progress=lambda _: None) == 0
     summary = capsys.readouterr().out
     assert "1 streams, 1 groups, 1 consumers, 1 pending entries" in summary
