@@ -32,7 +32,8 @@ from typing import Any
 
 from pelengine.ingest.aof import read_aof
 from pelengine.ingest.monitor import ParseStats, parse_file
-from pelengine.ingest.pin import PinStats, pin_star_ids
+from pelengine.ingest.pin import PinStats, UnitWindows, pin_star_ids
+from pelengine.model import get_profile
 from tests.redis_diff.capture import LUA_CLIENT, Record, Recorder, SeqCounter
 from tests.redis_diff.harness import UNJUDGED
 from tests.redis_diff.scenario import _BlockedCall, _wait_blocked
@@ -119,7 +120,9 @@ class Aligned:
     seq_of: dict[int, int]  # the test's record seq -> the capture's seq
     unmatched_test_records: list[Record] = field(default_factory=list)
     star_xadds: int = 0
-    star_ms_later: list[str] = field(default_factory=list)  # XADD '*' whose ts_ms > ID ms
+    # XADD '*' whose ID ms is before the clock the replay gives it: the row's ts_ms, or
+    # on 7.2+ inside a unit the unit's (its first command's line, a script's call line)
+    star_ms_later: list[str] = field(default_factory=list)
     star_ms_later_seqs: list[int] = field(default_factory=list)
     pins: PinStats | None = None  # with ids_from_aof
 
@@ -152,7 +155,12 @@ def _callers(clients: Iterable[str | None]) -> list[str | None]:
     return out
 
 
-def align(capture: Path, sent: Iterable[Record], ids_from_aof: str | None = None) -> Aligned:
+def align(
+    capture: Path,
+    sent: Iterable[Record],
+    ids_from_aof: str | None = None,
+    profile: str = "7.0",
+) -> Aligned:
     """Parse the capture and pair its commands with the test's records of them.
 
     Each capture row becomes a ``Record`` with the capture's seq/ts_ms/argv/db/client;
@@ -173,7 +181,8 @@ def align(capture: Path, sent: Iterable[Record], ids_from_aof: str | None = None
 
     With ``ids_from_aof`` (the server's appendonlydir) the rows get their ``XADD *``
     IDs from the AOF (``pelengine.ingest.pin``), as ``ingest-monitor --ids-from-aof``
-    does, after the pairing (which compares what was sent).
+    does, after the pairing (which compares what was sent); ``profile``: the server's
+    (7.2+ reads the clock once per unit: the window where a unit's ID may lie).
     """
     rows, stats = parse_file(str(capture))
     groups: dict[str | None, list[Record]] = {}
@@ -204,9 +213,11 @@ def align(capture: Path, sent: Iterable[Record], ids_from_aof: str | None = None
                 matched.add(q)
         out.unmatched_test_records += [r for q, r in enumerate(mine) if q not in matched]
     if ids_from_aof is not None:
-        out.pins = pin_star_ids(rows, read_aof(ids_from_aof).rows)
+        out.pins = pin_star_ids(rows, read_aof(ids_from_aof).rows, profile=profile)
+    windows = UnitWindows(get_profile(profile).unit_time_snapshot)
     for i, row in enumerate(rows):
         match = pairs.get(i)
+        _lo, clock_ms = windows.clock_window(row["argv"], row["ts_ms"], row["client"])
         rec = Record(
             seq=row["seq"],
             db=row["db"],
@@ -226,9 +237,10 @@ def align(capture: Path, sent: Iterable[Record], ids_from_aof: str | None = None
             if argv[0].upper() == "XADD" and "*" in argv[2:] and isinstance(match.reply, str):
                 out.star_xadds += 1
                 id_ms = int(match.reply.split("-", 1)[0])
-                if id_ms < rec.ts_ms:
+                if id_ms < clock_ms:
                     out.star_ms_later.append(
                         f"{match.describe()} || capture seq {rec.seq} ts_ms {rec.ts_ms}"
+                        + (f", the unit's {clock_ms}" if clock_ms != rec.ts_ms else "")
                     )
                     out.star_ms_later_seqs.append(rec.seq)
     return out

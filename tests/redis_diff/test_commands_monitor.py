@@ -93,7 +93,7 @@ def test_monitor_capture_replays_to_the_server_state(
         path = capture.stop()
     truth = read_truth(server, [db])
     sent: list[Record] = result.records + blocking
-    aligned = align(path, sent, ids_from_aof=aof_dir(server))
+    aligned = align(path, sent, ids_from_aof=aof_dir(server), profile=server.profile)
     pins = aligned.pins
     assert pins is not None
 

@@ -115,7 +115,7 @@ def run_both_kinds(scenario: Scenario, kind: ServerKind, workdir: Path) -> Kinds
         read = read_aof(directory, ceiling_ms=int(time.time() * 1000))
         # the XADD '*' IDs of the capture from this same server's AOF (both logs are
         # the server's own; nothing comes from the test's record or the replies)
-        aligned = align(path, run.records, ids_from_aof=directory)
+        aligned = align(path, run.records, ids_from_aof=directory, profile=server.profile)
         loaded = loaded_truth(server, run.dbs)
     finally:
         stop_server(server)
