@@ -150,8 +150,11 @@ _KIND = {
 
 def _ended_while_blocked(rec: Record) -> bool:
     """A blocked read whose wait the server ended with an error (its group or key went
-    away): the call itself was accepted, and the model counts it applied."""
-    return rec.note == "blocked" and "no longer exists" in (rec.error or "")
+    away): the call itself was accepted, and the model counts it applied. Redis 7.0
+    says the group or key "no longer exists"; Valkey runs the read again, which fails
+    with NOGROUP."""
+    error = rec.error or ""
+    return rec.note == "blocked" and ("no longer exists" in error or error.startswith("NOGROUP"))
 
 
 def check_changes(rec: Record, changes: list[dict[str, Any]]) -> list[str]:
