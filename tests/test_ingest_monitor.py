@@ -131,6 +131,26 @@ def test_rows_of_a_raw_capture() -> None:
     assert "1 line(s) that are not commands" in stats.describe()
 
 
+def test_an_xadd_in_a_unit_is_uncertain_when_the_unit_began_in_an_earlier_ms() -> None:
+    """7.2+ reads the clock before a unit's first command: an ``XADD *`` whose own line
+    follows a line of the same millisecond is still uncertain when its unit began in an
+    earlier one (a transaction's first queued command, a script's call line)."""
+    lines = [
+        '1700000000.100900 [0 c:2] "PING"',
+        '1700000000.101000 [0 c:1] "MULTI"',
+        '1700000000.105000 [0 c:1] "XACK" "s" "g" "1-1"',
+        '1700000000.105100 [0 c:1] "XADD" "s" "*" "f" "v"',
+        '1700000000.105200 [0 c:1] "EXEC"',
+        '1700000000.106000 [0 c:2] "EVAL" "..." "1" "t"',
+        '1700000000.107000 [0 lua] "PING"',
+        '1700000000.107100 [0 lua] "XADD" "t" "*" "f" "v"',
+        '1700000000.107200 [0 c:2] "XADD" "t" "*" "f" "v"',
+    ]
+    stats = ParseStats()
+    list(iter_rows(lines, stats=stats))
+    assert stats.star_uncertain == [4, 8]
+
+
 def _capture(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(x + "\n" for x in lines), encoding="ascii")
     return path

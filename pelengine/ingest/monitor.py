@@ -37,8 +37,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
+
 SOURCE = "monitor"
 MAX_EXAMPLES = 5
+# how far below the line's millisecond the first row of a capture may look (it has
+# no line before it to bound its clock read)
+FIRST_ROW_WINDOW_MS = 1000
 
 # the client ends at the first "] " (an IPv6 peer is "[::1]:6379")
 _HEAD = re.compile(r"\+?(\d+)\.(\d{1,6}) \[(\d+) (.+?)\](?: |$)")
@@ -75,8 +80,9 @@ class ParseStats:
     bad: int = 0
     examples: list[tuple[int, str, str]] = field(default_factory=list)  # (line no, text, why)
     # seqs of ``XADD ... *`` rows whose ID millisecond the capture cannot pin down: the
-    # line before is from an earlier millisecond (or there is none), so the ms may have
-    # ticked between the command's own clock read and the line's timestamp
+    # line before the command (or, 7.2+, before its execution unit) is from an earlier
+    # millisecond (or there is none), so the ms may have ticked between the clock read
+    # and the line's timestamp (``UnitWindows``)
     star_uncertain: list[int] = field(default_factory=list)
 
     def note_bad(self, lineno: int, text: str, why: str) -> None:
@@ -183,21 +189,60 @@ def iter_commands(
         yield cmd
 
 
+class UnitWindows:
+    """Where a command's clock read lies, between which capture lines (ms, inclusive).
+
+    A line is stamped after its command ran and commands run one at a time, so a
+    command read its clock between the line before it and its own line. 7.2+ reads
+    the clock once per execution unit, before the unit's first command: for every
+    command of a ``MULTI``/``EXEC`` unit the window is the one of the unit's first
+    queued command (MONITOR shows them when ``EXEC`` runs them); for a script's
+    commands (client ``lua``, after their ``EVAL``/``FCALL`` line, which MONITOR
+    feeds once the script's clock was read) it is the window of the script's line.
+    The same units as the replay's (``Replayer._unit_now``).
+    """
+
+    def __init__(self, snapshot: bool) -> None:
+        self.snapshot = snapshot
+        self.prev_ms: int | None = None
+        self.units: dict[str | None, tuple[int, int] | None] = {}
+        self.script: tuple[int, int] | None = None
+
+    def clock_window(self, argv: list[str], ts_ms: int, client: str | None) -> tuple[int, int]:
+        """The window of this row's command (rows in capture order, each once)."""
+        prev, self.prev_ms = self.prev_ms, ts_ms
+        window = (min(prev, ts_ms) if prev is not None else ts_ms - FIRST_ROW_WINDOW_MS, ts_ms)
+        if not self.snapshot:
+            return window
+        if client == LUA_CLIENT:
+            return self.script or window
+        name = argv[0].upper() if argv else ""
+        if name == "MULTI":
+            self.units[client] = None
+        elif name in ("EXEC", "DISCARD"):
+            self.units.pop(client, None)
+        elif client in self.units:
+            window = self.units[client] or window
+            self.units[client] = window
+        self.script = window if name in SCRIPT_CALLS else None
+        return window
+
+
 def iter_rows(
     lines: Iterable[str], start_seq: int = 1, stats: ParseStats | None = None
 ) -> Iterator[dict[str, Any]]:
     """Events rows (``seq, ts_ms, argv, db, client, source``); ``seq`` counts from ``start_seq``."""
     stats = stats if stats is not None else ParseStats()
-    prev_ms: int | None = None
+    # where each command read its clock: 7.0 (at the command) or 7.2+ (at its unit)
+    per_command, per_unit = UnitWindows(snapshot=False), UnitWindows(snapshot=True)
     for seq, cmd in enumerate(iter_commands(lines, stats), start=start_seq):
         ts_ms = cmd.ts_ms
-        if (
-            (prev_ms is None or prev_ms < ts_ms)
-            and cmd.argv[0].upper() == "XADD"
-            and "*" in cmd.argv[2:]
-        ):
+        lo = min(
+            per_command.clock_window(cmd.argv, ts_ms, cmd.client)[0],
+            per_unit.clock_window(cmd.argv, ts_ms, cmd.client)[0],
+        )
+        if lo < ts_ms and cmd.argv[0].upper() == "XADD" and "*" in cmd.argv[2:]:
             stats.star_uncertain.append(seq)
-        prev_ms = ts_ms
         yield {
             "seq": seq,
             "ts_ms": ts_ms,

@@ -35,14 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pelengine.ingest.aof import xadd_id_position
+from pelengine.ingest.monitor import UnitWindows
 from pelengine.model import Replayer
 from pelengine.model.ids import ParseError, StreamID, parse_id
 from pelengine.model.state import Stream
-from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
 
-# how far below the line's millisecond the first row of a capture may look (it has
-# no line before it to bound its clock read)
-FIRST_ROW_WINDOW_MS = 1000
 MAX_EXAMPLES = 5
 
 
@@ -92,45 +89,6 @@ def _candidates(last: StreamID, lo_ms: int, hi_ms: int) -> list[StreamID]:
     for m in range(max(lo_ms, last.ms + 1), hi_ms + 1):
         out.append(StreamID(m, 0))
     return out
-
-
-class UnitWindows:
-    """Where a command's clock read lies, between which capture lines (ms, inclusive).
-
-    A line is stamped after its command ran and commands run one at a time, so a
-    command read its clock between the line before it and its own line. 7.2+ reads
-    the clock once per execution unit, before the unit's first command: for every
-    command of a ``MULTI``/``EXEC`` unit the window is the one of the unit's first
-    queued command (MONITOR shows them when ``EXEC`` runs them); for a script's
-    commands (client ``lua``, after their ``EVAL``/``FCALL`` line, which MONITOR
-    feeds once the script's clock was read) it is the window of the script's line.
-    The same units as the replay's (``Replayer._unit_now``).
-    """
-
-    def __init__(self, snapshot: bool) -> None:
-        self.snapshot = snapshot
-        self.prev_ms: int | None = None
-        self.units: dict[str | None, tuple[int, int] | None] = {}
-        self.script: tuple[int, int] | None = None
-
-    def clock_window(self, argv: list[str], ts_ms: int, client: str | None) -> tuple[int, int]:
-        """The window of this row's command (rows in capture order, each once)."""
-        prev, self.prev_ms = self.prev_ms, ts_ms
-        window = (min(prev, ts_ms) if prev is not None else ts_ms - FIRST_ROW_WINDOW_MS, ts_ms)
-        if not self.snapshot:
-            return window
-        if client == LUA_CLIENT:
-            return self.script or window
-        name = argv[0].upper() if argv else ""
-        if name == "MULTI":
-            self.units[client] = None
-        elif name in ("EXEC", "DISCARD"):
-            self.units.pop(client, None)
-        elif client in self.units:
-            window = self.units[client] or window
-            self.units[client] = window
-        self.script = window if name in SCRIPT_CALLS else None
-        return window
 
 
 def pin_star_ids(
