@@ -260,7 +260,8 @@ def run_blocking_phase(
 
     Every round: the groups are caught up (plain reads), the readers block
     (``BLOCK 0``, ``BLOCK 5000`` that a write beats, ``BLOCK 60`` that expires
-    250 ms before any write), then ``XADD *`` (some with ``MAXLEN ~``/``MINID ~``)
+    250 ms before any write), then ``XADD *`` (some with ``MAXLEN ~``/``MINID ~``,
+    some two in one unit: ``MULTI``/``EXEC`` in even rounds, a script in odd ones)
     until every reader that did not time out was served. Returns every record.
     """
     rng = random.Random(seed * 7919 + 17)
@@ -323,9 +324,16 @@ def run_blocking_phase(
                 elif r < 0.3 and ids:
                     argv += ["MINID", "~", ids[-rng.randint(1, min(len(ids), 120))]]
                 argv += ["*", "f", f"v{rng.randint(0, 99)}"]
-                rec = main.run(argv, star_index=argv.index("*"))
-                if isinstance(rec.reply, str):
-                    ids.append(rec.reply)
+                if attempt == 1 or rng.random() < 0.2:
+                    # a unit of two writes (every round has one): the readers it unblocks
+                    # are served once it ended, with both entries (a reader without COUNT)
+                    second = [key, "*", "f", f"w{rng.randint(0, 99)}"]
+                    unit = [(argv, argv.index("*")), (["XADD", *second], 2)]
+                    sent = main.run_multi(unit) if _round % 2 == 0 else main.run_script(unit)
+                    replies = [r.reply for r in sent.inner if r is not None]
+                else:
+                    replies = [main.run(argv, star_index=argv.index("*")).reply]
+                ids += [reply for reply in replies if isinstance(reply, str)]
                 added += 1
                 time.sleep(rng.uniform(0.0, 0.004))
                 still = []
