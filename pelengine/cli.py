@@ -274,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the same server's appendonlydir (or AOF file): write the ID each XADD '*' "
         "generated instead of '*' (MONITOR's timestamps cannot always tell it)",
     )
+    _add_profile(ing)
 
     aof = sub.add_parser(
         "ingest-aof",
@@ -320,7 +321,7 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
         metavar="VERSION",
         help=(
             "the server's version as it reports it (7.0.15, 7.4.1, valkey-9.1.2) or a "
-            "profile name (7.0, 7.4); default: conf reconstruct.profile"
+            "profile name (7.0, 7.4, valkey-8.1); default: conf reconstruct.profile"
         ),
     )
 
@@ -603,6 +604,7 @@ def cmd_ingest_monitor(
             args.events,
             overwrite=args.overwrite,
             ids_from_aof=args.ids_from_aof,
+            profile=args.redis_version or conf.profile,
             progress=progress,
         )
     except AofFormatError as exc:

@@ -90,6 +90,7 @@ def test_generate_and_demo_arguments_default_to_conf() -> None:
         (["generate", "--out", "o", "--keys", "0"], "--keys"),
         (["reconstruct", "--events", "e", "--out", "o", "--redis-version", "6.2.14"], "valkey-9.1"),
         (["reconstruct", "--events", "e", "--out", "o", "--redis-version", "8.0.2"], "--redis-ver"),
+        (["ingest-monitor", "f", "--events", "e", "--redis-version", "7.4.2"], "--redis-version"),
         (["generate", "--out", "o", "--conf", "/no/such.yaml"], "/no/such.yaml"),
     ],
 )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from pelengine.ingest.pin import aof_xadd_ids, pin_star_ids
 from pelengine.model.ids import StreamID
 
@@ -117,14 +119,18 @@ def _pinned(rows: list[dict[str, Any]], aof_ids: list[str], profile: str) -> lis
     return [r["argv"][2] for r in rows if r["argv"][0] == "XADD"]
 
 
-def test_an_xadd_in_a_transaction_is_pinned_from_the_units_window_on_7_4() -> None:
-    # the unit's clock read 104, after the line before the unit's first command (101)
-    assert _pinned(TRANSACTION, ["104-0"], "7.4") == ["104-0"]
-    # 7.0 reads the clock at the XADD itself: 104 lies before the line before it (105)
-    assert _pinned(TRANSACTION, ["104-0"], "7.0") == ["*"]
+@pytest.mark.parametrize("profile", ["7.0", "7.4", "valkey-8.1"])
+def test_an_xadd_in_a_transaction_is_pinned_from_the_units_window(profile: str) -> None:
+    # a 7.2+ unit's clock read 104, after the line before the unit's first command (101);
+    # the window covers both servers' rules, so the pin does not depend on the profile
+    assert _pinned(TRANSACTION, ["104-0"], profile) == ["104-0"]
+    # 7.0 read the clock at the XADD itself: its ID lies after the line before it
+    assert _pinned(TRANSACTION, ["106-0"], profile) == ["106-0"]
+    # nothing the AOF holds lies in either window
+    assert _pinned(TRANSACTION, ["100-0"], profile) == ["*"]
 
 
-def test_a_scripts_xadds_are_pinned_from_the_scripts_window_on_7_4() -> None:
-    assert _pinned(SCRIPT, ["102-0", "102-1"], "7.4") == ["102-0", "102-1"]
-    assert _pinned(SCRIPT, ["102-0", "102-1"], "7.0") == ["*", "*"]
-    assert _pinned(SCRIPT, ["106-0", "107-0"], "7.0") == ["106-0", "107-0"]
+@pytest.mark.parametrize("profile", ["7.0", "7.4", "valkey-8.1"])
+def test_a_scripts_xadds_are_pinned_from_the_scripts_window(profile: str) -> None:
+    assert _pinned(SCRIPT, ["102-0", "102-1"], profile) == ["102-0", "102-1"]
+    assert _pinned(SCRIPT, ["106-0", "107-0"], profile) == ["106-0", "107-0"]

@@ -103,14 +103,22 @@ def pin_star_ids(
     stats = PinStats(aof_ids=sum(len(v) for v in ids.values()))
     # only the streams' IDs matter here: closed delivery records are spilled and dropped
     replayer = Replayer(profile, record_changes=False, spill_closed_records=True)
-    windows = UnitWindows(replayer.profile.unit_time_snapshot)
+    # the clock read lies in the 7.0 window or the 7.2+ one: looking in both is safe
+    # (the smallest AOF ID above the stream's last one is the ID), whatever the server
+    per_command, per_unit = UnitWindows(snapshot=False), UnitWindows(snapshot=True)
+    snapshot = replayer.profile.unit_time_snapshot
     for row in rows:
         replayer.drain_delivery_segments()
         replayer.drain_group_incarnations()
         argv = row["argv"]
         ts_ms = row["ts_ms"]
         db = row.get("db") or 0
-        lo_ms, hi_ms = windows.clock_window(argv, ts_ms, row.get("client"))
+        client = row.get("client")
+        command_window = per_command.clock_window(argv, ts_ms, client)
+        unit_window = per_unit.clock_window(argv, ts_ms, client)
+        lo_ms = min(command_window[0], unit_window[0])
+        # the "now" the replay gives the row (7.2+: its unit's)
+        now_ms = (unit_window if snapshot else command_window)[1]
         star_at = None
         if len(argv) > 2 and argv[0].upper() == "XADD":
             pos = xadd_id_position(argv)
@@ -123,7 +131,7 @@ def pin_star_ids(
         current = replayer.lookup_any(db, key)
         last = current.last_id if isinstance(current, Stream) else StreamID(0, 0)
         known = ids.get((db, key), set())
-        found = next((c for c in _candidates(last, lo_ms, hi_ms) if c in known), None)
+        found = next((c for c in _candidates(last, lo_ms, ts_ms) if c in known), None)
         pinned = argv
         if found is not None:
             pinned = [*argv[:star_at], str(found), *argv[star_at + 1 :]]
@@ -144,7 +152,7 @@ def pin_star_ids(
             continue
         row["argv"] = pinned
         stats.pinned += 1
-        derived = _candidates(last, hi_ms, hi_ms)[0]  # what the replay makes of '*'
+        derived = _candidates(last, now_ms, now_ms)[0]  # what the replay makes of '*'
 
         if found != derived:
             stats.moved += 1

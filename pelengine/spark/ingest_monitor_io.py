@@ -57,12 +57,14 @@ def capture_arrow_table(
     chunk_rows: int = CHUNK_ROWS,
     *,
     ids_from_aof: str | None = None,
+    profile: str = "7.0",
 ) -> tuple[pa.Table, PinStats | None]:
     """The capture's commands as one Arrow table with the events schema.
 
     With ``ids_from_aof`` (the same server's appendonlydir or AOF file) the ``*`` of
     every ``XADD`` is replaced by the ID the server generated
-    (:func:`pelengine.ingest.pin.pin_star_ids`).
+    (:func:`pelengine.ingest.pin.pin_star_ids`, which replays the capture with
+    ``profile``: the server's version or a profile name).
     """
     pins = None
     with open_capture(capture_path) as fh:
@@ -73,7 +75,7 @@ def capture_arrow_table(
             from pelengine.ingest.pin import pin_star_ids
 
             rows = list(iter_rows(fh, start_seq, stats))
-            pins = pin_star_ids(rows, read_aof(ids_from_aof).rows)
+            pins = pin_star_ids(rows, read_aof(ids_from_aof).rows, profile=profile)
             batches = list(rows_to_batches(iter(rows), chunk_rows))
     return pa.Table.from_batches(batches, schema=EVENTS_ARROW_SCHEMA), pins
 
@@ -85,6 +87,7 @@ def ingest_monitor(
     *,
     overwrite: bool = False,
     ids_from_aof: str | None = None,
+    profile: str = "7.0",
     progress: Callable[[str], None] = _quiet,
 ) -> IngestResult:
     """Parse ``capture_path`` and write its commands to the events table at ``events_path``.
@@ -100,7 +103,9 @@ def ingest_monitor(
     appended = start is not None
     stats = ParseStats()
     progress(f"parsing {capture_path}")
-    table, pins = capture_arrow_table(capture_path, start or 1, stats, ids_from_aof=ids_from_aof)
+    table, pins = capture_arrow_table(
+        capture_path, start or 1, stats, ids_from_aof=ids_from_aof, profile=profile
+    )
     n = table.num_rows
     first = start or 1
     if pins is not None:
