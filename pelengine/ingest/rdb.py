@@ -75,6 +75,12 @@ at a distance given by its low 5 bits, the next byte, plus 1.)
   Valkey 9: 22 (per field: field, value, 8-byte expiry ms, -1 for none);
 * 6 and 7, module values: refused (:class:`RdbFormatError` naming the module).
 
+These values are walked, not decoded: each string is stepped over (an LZF one by
+its compressed length, unexpanded), the header and end byte of an uncompressed
+ziplist, listpack or intset are checked and its element count read (an empty
+container is dropped, as the server drops it when it loads), and the checksum
+vouches for the rest.
+
 *Streams* (15, 19, 21): the number of nodes; per node its master ID (a 16-byte
 string: ms and seq, big-endian) and a listpack; then the length (live entries),
 the last ID (two lengths); 19 and 21 add the first ID, the max deleted entry ID
@@ -122,6 +128,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,6 +202,7 @@ _I64 = struct.Struct("<q")
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
 _BE_ID = struct.Struct(">QQ")
+_DECIMAL = re.compile(rb"-?[0-9]{1,20}")
 
 
 class RdbFormatError(ValueError):
@@ -684,8 +692,12 @@ class _Reader:
                 f"not an RDB file: starts with {header!r}, not REDIS<4 digits> or VALKEY<3 digits>",
                 0,
             )
-        if version < 1:
-            raise self.error(f"RDB version {version} does not exist", 0)
+        if version < 1 or (magic == "VALKEY" and version < 80):
+            raise self.error(
+                f"RDB version {version} does not exist after the {magic} magic"
+                + (" (Valkey's start at 80)" if magic == "VALKEY" else ""),
+                0,
+            )
         out = RdbFile(path=self.name, magic=magic, version=version, size=self.size)
         db = 0
         expire: int | None = None
@@ -998,9 +1010,8 @@ class _Reader:
             i += 1
             if isinstance(value, int):
                 return value
-            text = value.decode("ascii", "replace")
-            if text.lstrip("-").isdigit():
-                return int(text)
+            if _DECIMAL.fullmatch(value):
+                return int(value)
             raise self.error(
                 f"{where}: element {i - 1} ({what}) is {value[:32]!r}, not a number", at
             )
