@@ -32,11 +32,19 @@ from tests.redis_diff.workload import run_workload
 pytestmark = pytest.mark.redis
 
 # mixed seeds from 301 per server (counts chosen for the suite's time budget, README)
-SEEDS_PER_KIND = {"redis-7.0": 6, "valkey-8.1": 5, "valkey-9.1": 5}
+SEEDS_PER_KIND = {"redis-7.0": 5, "valkey-8.1": 5, "valkey-9.1": 5}
 COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_DIFF_COMMANDS", "3000"))
+# the job test: 3 seeds in 3 dbs of one AOF server, each the job test's size
 JOB_SEEDS = 3
+JOB_COMMANDS_PER_SEED = int(os.environ.get("PELENGINE_DIFF_COMMANDS", "2000"))
 # "long_streams" seeds: '~' trimming over many nodes (the AOF holds the exact result)
-LONG_SEEDS_PER_KIND = {"redis-7.0": [1301, 1302], "valkey-8.1": [1301], "valkey-9.1": [1302]}
+# (on Redis 7.0 only: the AOF carries every '~' trim as the exact '=' it made, the same
+# on every server)
+LONG_SEEDS_PER_KIND: dict[str, list[int]] = {
+    "redis-7.0": [1301],
+    "valkey-8.1": [],
+    "valkey-9.1": [],
+}
 
 
 def cases(kind: ServerKind) -> list[tuple[int, str]]:
@@ -121,7 +129,7 @@ def test_aof_through_ingest_and_job_matches_loading_server(
     try:
         counter = SeqCounter(1)
         for i, seed in enumerate(seeds):
-            run_workload(server, seed, COMMANDS_PER_SEED, db=i + 1, counter=counter)
+            run_workload(server, seed, JOB_COMMANDS_PER_SEED, db=i + 1, counter=counter)
         events = str(tmp_path / "events")
         report = ingest_aof(spark, aof_dir(server), events)
         truth = loaded_truth(server)
