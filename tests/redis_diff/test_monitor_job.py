@@ -55,10 +55,12 @@ def test_capture_through_cli_and_job_matches_redis(
         path = capture.stop()
     dbs = list(range(1, len(SEEDS) + 1))
     truth = read_truth(server, dbs)
-    aligned = align(path, sent)  # the replies judge outcomes; the rows are the CLI's
+    # the replies judge outcomes; the rows are the CLI's
+    aligned = align(path, sent, profile=server.profile)
 
     events = str(tmp_path / "events")
     argv = ["ingest-monitor", str(path), "--events", events, "--ids-from-aof", aof_dir(server)]
+    argv += ["--redis-version", server.profile]
     assert run(argv, spark=spark) == 0
     df = read_table(spark, events)
     assert df.count() == len(aligned.records)
