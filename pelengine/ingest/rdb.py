@@ -318,6 +318,7 @@ class RdbFile:
     functions: list[bytes] = field(default_factory=list)  # FUNCTION2 library sources
     module_aux: list[str] = field(default_factory=list)  # module names with AUX data
     empty_keys: list[tuple[int, str]] = field(default_factory=list)  # dropped, as on load
+    lzf_strings: int = 0  # LZF-compressed strings met (read or stepped over)
     checksum: int | None = None  # as stored; 0: saved without one; None: version < 5
     checksum_verified: bool = False
     end_offset: int = 0  # after the checksum (an AOF tail may follow in a legacy AOF)
@@ -592,6 +593,7 @@ class _Reader:
         self.pos = 0
         self.keep_values = keep_values
         self.types = COMMON_TYPES
+        self.lzf = 0
 
     # ----------------------------------------------------------- primitives
 
@@ -651,6 +653,7 @@ class _Reader:
             raw = self.take((1, 2, 4)[value], what)
             return str(int.from_bytes(raw, "little", signed=True)).encode()
         if value == 3:
+            self.lzf += 1
             clen = self.length(f"{what} (compressed length)")
             ulen = self.length(f"{what} (uncompressed length)")
             start = self.need(clen, f"{what} (LZF data)")
@@ -669,6 +672,7 @@ class _Reader:
         if value in (0, 1, 2):
             self.need((1, 2, 4)[value], what)
         elif value == 3:
+            self.lzf += 1
             clen = self.length(f"{what} (compressed length)")
             self.length(f"{what} (uncompressed length)")
             self.need(clen, f"{what} (LZF data)")
@@ -753,6 +757,7 @@ class _Reader:
                     )
                 out.checksum_verified = True
         out.end_offset = self.pos
+        out.lzf_strings = self.lzf
         return out
 
     def module_aux(self, at: int) -> str:
