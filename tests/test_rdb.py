@@ -456,7 +456,7 @@ def test_stream_inconsistencies_are_errors() -> None:
     # the master entry's deleted count is wrong
     els = [1, 1, 1, b"f", 0, 2, 0, 0, b"x", 4]
     wrong = enc_len(1) + enc_str(raw_id(1, 1)) + enc_str(listpack(els))
-    _stream_error(wrong + enc_len(1) + meta, "listpack ends before the entry flags")
+    _stream_error(wrong + enc_len(1) + meta, "listpack ends inside entry 1")
     # a listpack that is not one
     wrong = enc_len(1) + enc_str(raw_id(1, 1)) + enc_str(b"\x07\x00\x00\x00\x00\x00\x00")
     _stream_error(wrong + enc_len(0) + meta, "corrupt listpack.*no 0xFF terminator")

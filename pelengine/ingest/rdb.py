@@ -128,10 +128,9 @@ from __future__ import annotations
 
 import mmap
 import os
-import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from pelengine.model.ids import StreamID
 
@@ -202,7 +201,6 @@ _I64 = struct.Struct("<q")
 _I32 = struct.Struct("<i")
 _U32 = struct.Struct("<I")
 _BE_ID = struct.Struct(">QQ")
-_DECIMAL = re.compile(rb"-?[0-9]{1,20}")
 
 
 class RdbFormatError(ValueError):
@@ -216,9 +214,11 @@ class RdbChecksumError(RdbFormatError):
 # --------------------------------------------------------------------------- results
 
 
-@dataclass(frozen=True)
-class RdbEntry:
-    """One entry of a stream's listpacks (a deleted one too: XDEL only flags it)."""
+class RdbEntry(NamedTuple):
+    """One entry of a stream's listpacks (a deleted one too: XDEL only flags it).
+
+    (A named tuple, as :class:`RdbPendingEntry`: a stream can hold millions.)
+    """
 
     id: StreamID
     deleted: bool
@@ -237,8 +237,7 @@ class RdbNode:
     entries: list[RdbEntry]
 
 
-@dataclass(frozen=True)
-class RdbPendingEntry:
+class RdbPendingEntry(NamedTuple):
     """One entry of a group's PEL, with the consumer whose PEL holds it."""
 
     id: StreamID
@@ -290,7 +289,7 @@ class RdbStream:
         return [e.id for node in self.nodes for e in node.entries if not e.deleted]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RdbKey:
     """A key of any type: what a command on it would meet (WRONGTYPE, expiry)."""
 
@@ -351,6 +350,15 @@ def module_name(module_id: int) -> str:
         chars.append(MODULE_NAME_CHARSET[value & 63])
         value >>= 6
     return "".join(reversed(chars))
+
+
+def _as_bytes(element: int | bytes) -> bytes:
+    """A listpack element as the server replies it: an integer as its decimal text."""
+    return element if type(element) is bytes else str(element).encode()
+
+
+def _is_count(element: int | bytes) -> bool:
+    return type(element) is int and element >= 0
 
 
 class _LzfError(Exception):
@@ -567,6 +575,11 @@ def decode_listpack(blob: bytes, where: str = "listpack") -> list[int | bytes]:
         if p + n + back > end:
             raise ValueError(f"{where}: byte {p}: element of {n} bytes passes the end")
         # the back-length: the element's size, 7 bits a byte, the first byte highest
+        if back == 1:
+            if blob[p + n] != n:
+                raise ValueError(f"{where}: byte {p + n}: back-length does not match the element")
+            p += n + 1
+            continue
         stored = 0
         for k in range(back):
             byte = blob[p + n + k]
@@ -623,6 +636,14 @@ class _Reader:
     def length_or_encoding(self, what: str) -> tuple[int, bool]:
         """``(value, is_encoding)``: a length, or (``11`` form) a string encoding."""
         at = self.pos
+        if at < self.size:  # the one-byte forms, first
+            first = self.data[at]
+            if first < 0x40:
+                self.pos = at + 1
+                return first, False
+            if first >= 0xC0:
+                self.pos = at + 1
+                return first & 0x3F, True
         first = self.u8(what)
         kind = first >> 6
         if kind == 0:
@@ -1000,77 +1021,64 @@ class _Reader:
 
     def stream_node(self, master: StreamID, blob: bytes, where: str, at: int) -> RdbNode:
         try:
-            elements = decode_listpack(blob, where)
+            # int | bytes: the walk below checks kinds as it goes (TypeError)
+            els = cast(list[Any], decode_listpack(blob, where))
         except ValueError as exc:
             raise self.error(f"corrupt listpack: {exc}", at) from None
         keep = self.keep_values
-        n = len(elements)
-        i = 0
-
-        def integer(what: str) -> int:
-            nonlocal i
-            if i >= n:
-                raise self.error(f"{where}: listpack ends before the {what}", at)
-            value = elements[i]
-            i += 1
-            if isinstance(value, int):
-                return value
-            if _DECIMAL.fullmatch(value):
-                return int(value)
-            raise self.error(
-                f"{where}: element {i - 1} ({what}) is {value[:32]!r}, not a number", at
-            )
-
-        def element(what: str) -> bytes:
-            nonlocal i
-            if i >= n:
-                raise self.error(f"{where}: listpack ends before the {what}", at)
-            value = elements[i]
-            i += 1
-            return value if isinstance(value, bytes) else str(value).encode()
-
-        live = integer("master entry's live count")
-        deleted = integer("master entry's deleted count")
-        nfields = integer("master entry's field count")
-        if live < 0 or deleted < 0 or nfields < 0:
-            raise self.error(f"{where}: negative count in the master entry", at)
-        master_fields = tuple(element("master field") for _ in range(nfields))
-        if integer("master entry's terminator") != 0:
-            raise self.error(f"{where}: master entry not terminated by 0", at)
+        master_ms, master_seq = master
         entries: list[RdbEntry] = []
-        seen_deleted = 0
-        for _ in range(live + deleted):
-            flags = integer("entry flags")
-            ms = (master.ms + integer("entry ms delta")) & U64
-            seq = (master.seq + integer("entry seq delta")) & U64
-            pairs: list[tuple[bytes, bytes]] = []
-            if flags & STREAM_FLAG_SAMEFIELDS:  # values of the master fields
-                expected = 3 + nfields  # flags, ms, seq, values
-                for name in master_fields:
-                    value = element("entry value")
-                    if keep:
-                        pairs.append((name, value))
-            else:  # its own field count and field/value pairs
-                nvalues = integer("entry field count")
-                if nvalues < 0:
-                    raise self.error(f"{where}: negative field count", at)
-                expected = 4 + 2 * nvalues  # flags, ms, seq, count, pairs
-                for _ in range(nvalues):
-                    name = element("entry field")
-                    value = element("entry value")
-                    if keep:
-                        pairs.append((name, value))
-            used = integer("entry's element count")
-            if used != expected:
-                raise self.error(
-                    f"{where}: entry {ms}-{seq} says it has {used} elements, it has {expected}",
-                    at,
-                )
-            is_deleted = bool(flags & STREAM_FLAG_DELETED)
-            seen_deleted += is_deleted
-            entries.append(RdbEntry(StreamID(ms, seq), is_deleted, tuple(pairs)))
-        if i != n:
-            raise self.error(f"{where}: {n - i} elements after the last entry", at)
+        append = entries.append
+        entry_no = -1  # the master entry
+        # the layout is walked by index; an element of the wrong kind (a string where a
+        # number belongs) raises TypeError, a listpack too short IndexError: both below
+        try:
+            live, deleted, nfields = els[0], els[1], els[2]
+            if not (_is_count(live) and _is_count(deleted) and _is_count(nfields)):
+                raise TypeError
+            master_fields = tuple(map(_as_bytes, els[3 : 3 + nfields]))
+            i = 3 + nfields
+            if els[i] != 0:
+                raise self.error(f"{where}: master entry not terminated by 0", at)
+            i += 1
+            seen_deleted = 0
+            pairs: tuple[tuple[bytes, bytes], ...] = ()
+            for entry_no in range(live + deleted):
+                flags, ms_delta, seq_delta = els[i], els[i + 1], els[i + 2]
+                same = flags & STREAM_FLAG_SAMEFIELDS  # values of the master fields only
+                if same:
+                    j = i + 3 + nfields
+                else:  # a field count, then field/value pairs
+                    count = els[i + 3]
+                    if not _is_count(count):
+                        raise TypeError
+                    j = i + 4 + 2 * count
+                # the element count the entry ends with (for walking backwards)
+                if els[j] != j - i or type(els[j]) is not int:
+                    raise self.error(
+                        f"{where}: entry {entry_no} says it has {els[j]!r} elements, "
+                        f"it has {j - i}",
+                        at,
+                    )
+                if keep:  # an integer element is its decimal text
+                    flat = [e if e.__class__ is bytes else b"%d" % e for e in els[i + 3 : j]]
+                    if same:
+                        pairs = tuple(zip(master_fields, flat, strict=True))
+                    else:
+                        pairs = tuple(zip(flat[1::2], flat[2::2], strict=True))
+                i = j + 1
+                is_deleted = bool(flags & STREAM_FLAG_DELETED)
+                seen_deleted += is_deleted
+                entry_id = StreamID((master_ms + ms_delta) & U64, (master_seq + seq_delta) & U64)
+                append(RdbEntry(entry_id, is_deleted, pairs))
+        except IndexError:
+            what = "the master entry" if entry_no < 0 else f"entry {entry_no}"
+            raise self.error(f"{where}: listpack ends inside {what}", at) from None
+        except TypeError:
+            what = "the master entry" if entry_no < 0 else f"entry {entry_no}"
+            raise self.error(f"{where}: a string where a number belongs in {what}", at) from None
+        if i != len(els):
+            raise self.error(f"{where}: {len(els) - i} elements after the last entry", at)
         if seen_deleted != deleted:
             raise self.error(
                 f"{where}: master entry counts {deleted} deleted entries, found {seen_deleted}",
