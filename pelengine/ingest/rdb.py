@@ -43,6 +43,10 @@ expiry. Everything else is shared.
   length, 3: a 4-byte float, 4: an 8-byte double, 5: a string) until opcode 0;
 * a *value type* (0 to 25, below): a key (a string) and its value.
 
+Not read (an error naming them): 246, the function format of Redis 7.0's release
+candidates; Valkey's 243 (a cluster node's slot imports in progress) and 242
+(replication only); type codes past these (Redis 8's, Valkey 9.2's 23).
+
 After ``EOF`` (from version 5 on) come 8 bytes: the CRC-64 (Jones polynomial,
 reflected, initial value 0) of every byte before them, little-endian; zero when
 the server was configured with ``rdbchecksum no``. Nothing after them is read
@@ -69,8 +73,8 @@ at a distance given by its low 5 bits, the next byte, plus 1.)
 * sorted sets: 3 (member, score as text with a one-byte length; 253/254/255 are
   nan/+inf/-inf), 5 (member, 8-byte binary double), 12 (ziplist), 17 (listpack);
 * hashes: 4 (field, value pairs), 9 (zipmap), 13 (ziplist), 16 (listpack); Redis
-  7.4: 24 (8-byte minimum expiry, then per field a relative TTL length, field,
-  value), 22 (the same without the minimum: its release-candidate form), 25 (8-byte
+  7.4: 24 (8-byte minimum expiry, then per field a TTL length relative to it, field,
+  value), 22 (no minimum, absolute TTLs: the release-candidate form), 25 (8-byte
   minimum expiry and a listpack of field, value, TTL), 23 (that listpack alone);
   Valkey 9: 22 (per field: field, value, 8-byte expiry ms, -1 for none);
 * 6 and 7, module values: refused (:class:`RdbFormatError` naming the module).
