@@ -1141,3 +1141,143 @@ def make_type_writer(type_name: str) -> Callable[[Replayer, Call], None]:
         f"Writes a {type_name} value: creates the key if missing, WRONGTYPE on a stream key."
     )
     return handler
+
+
+# --------------------------------------------------------------------------
+# PELENGINE.LOAD: a starting state from a snapshot (not a server command)
+# --------------------------------------------------------------------------
+
+LOAD_COMMAND = "PELENGINE.LOAD"
+
+
+def load(r: Replayer, call: Call) -> None:
+    """PELENGINE.LOAD BEGIN | KEY key type | STREAM key last_id entries_added
+    max_deleted_id first_id | NODE key master_id nbytes nfields field... (id live)... |
+    GROUP key group last_id entries_read | CONSUMER key group consumer seen_ms active_ms |
+    PENDING key group (id consumer delivery_ms delivery_count)...
+
+    Not a command of any server: the rows ``pelengine ingest-rdb`` and ``ingest-aof``
+    (an AOF whose base is an RDB snapshot) write for the state the snapshot holds, in
+    this order per key, so that the replay starts exactly where the server stood,
+    times and counters included, which no ordinary command can set.
+
+    BEGIN: the snapshot replaces the whole keyspace (every key of every db goes, as
+    on FLUSHALL). KEY: a key of another type (``string``, ``list``, ...). STREAM: an
+    empty stream with its counters (``-1`` for a counter the snapshot does not have:
+    the one the server derives on load). NODE: one internal node appended at the
+    stream's tail, with its exact listpack size and master fields, and its entries in
+    ID order, ``1`` live, ``0`` deleted. GROUP: a consumer group (``entries_read`` -1:
+    unknown). CONSUMER: a consumer with its seen and active time (-1: none). PENDING:
+    pending entries of a group and who holds them, with their delivery time and
+    count; each is recorded in the history tables as ``loaded`` (no delivery was
+    seen: ``deliveries`` 0, no delivery times), and each starts a ``pel_history``
+    version.
+
+    A malformed row fails the whole row (``syntax_error``) and changes nothing.
+    """
+    argv = call.argv
+    sub = argv[1].upper()
+    try:
+        if sub == "BEGIN" and len(argv) == 2:
+            r.flush(call, None)
+            return
+        if len(argv) < 3:
+            raise CommandError("syntax_error")
+        key = argv[2]
+        if sub == "KEY" and len(argv) == 4:
+            r.delete_key(call, call.db, key)
+            r.set_other(call.db, key, argv[3])
+            return
+        if sub == "STREAM" and len(argv) == 7:
+            _load_stream(r, call, key, argv[3:])
+            return
+        stream = r.lookup_stream(call.db, key)
+        if stream is None:
+            raise CommandError("no_such_key")
+        if sub == "NODE" and len(argv) >= 6:
+            _load_node(stream, argv[3:])
+        elif sub == "GROUP" and len(argv) == 6:
+            _load_group(call, stream, argv[3:])
+        elif sub == "CONSUMER" and len(argv) == 7:
+            group = _loaded_group(stream, argv[3])
+            consumer = Consumer(argv[4], _load_int(argv[5]))
+            consumer.active_time = _load_int(argv[6])
+            group.consumers[consumer.name] = consumer
+        elif sub == "PENDING" and len(argv) >= 8 and (len(argv) - 4) % 4 == 0:
+            _load_pending(r, call, key, stream, argv[3:])
+        else:
+            raise CommandError("syntax_error")
+    except ParseError:
+        raise CommandError("syntax_error") from None
+    call.touched_stream = True
+
+
+def _load_int(text: str) -> int:
+    value = parse_ll(text)
+    if value is None:
+        raise CommandError("syntax_error")
+    return value
+
+
+def _load_stream(r: Replayer, call: Call, key: str, args: list[str]) -> None:
+    last_id = parse_strict_id(args[0])
+    entries_added = _load_int(args[1])
+    max_deleted = parse_strict_id(args[2])
+    first_id = parse_strict_id(args[3])
+    r.delete_key(call, call.db, key)
+    stream = r.create_stream(call.db, key)
+    stream.last_id = last_id
+    stream.entries_added = entries_added
+    stream.max_deleted_entry_id = max_deleted
+    stream.first_id = first_id
+
+
+def _load_node(stream: Stream, args: list[str]) -> None:
+    master = parse_strict_id(args[0])
+    nbytes = _load_int(args[1])
+    nfields = _load_int(args[2])
+    if nfields < 0 or len(args) < 3 + nfields + 2 or (len(args) - 3 - nfields) % 2:
+        raise CommandError("syntax_error")
+    fields = tuple(args[3 : 3 + nfields])
+    pairs = args[3 + nfields :]
+    entries = [(parse_strict_id(pairs[i]), pairs[i + 1] == "1") for i in range(0, len(pairs), 2)]
+    if entries[0][0] < master or (stream.nodes and master <= stream.nodes[-1].last_id):
+        raise CommandError("syntax_error")
+    node = Node(master, fields, nbytes)
+    node.total = len(entries)
+    node.live = sum(1 for _, live in entries if live)
+    node.last_id = entries[-1][0]
+    stream.nodes.append(node)
+    stream.entries.update(entry_id for entry_id, live in entries if live)
+
+
+def _load_group(call: Call, stream: Stream, args: list[str]) -> None:
+    name = args[0]
+    entries_read = _load_int(args[2])
+    group = Group(name, parse_strict_id(args[1]), entries_read, created_seq=call.seq)
+    stream.groups[name] = group
+
+
+def _loaded_group(stream: Stream, name: str) -> Group:
+    group = stream.groups.get(name)
+    if group is None:
+        raise CommandError("nogroup")
+    return group
+
+
+def _load_pending(r: Replayer, call: Call, key: str, stream: Stream, args: list[str]) -> None:
+    group = _loaded_group(stream, args[0])
+    rows = args[1:]
+    parsed = []
+    for i in range(0, len(rows), 4):
+        consumer = group.consumers.get(rows[i + 1])
+        if consumer is None:
+            raise CommandError("syntax_error")
+        parsed.append(
+            (parse_strict_id(rows[i]), consumer, _load_int(rows[i + 2]), _load_int(rows[i + 3]))
+        )
+    for entry_id, consumer, delivery_ms, count in parsed:
+        nack = PendingEntry(consumer, delivery_ms, count)
+        group.pel[entry_id] = nack
+        consumer.pel[entry_id] = nack
+        r.loaded(call, key, group, entry_id, nack)

@@ -196,6 +196,7 @@ STREAM_COMMANDS: dict[str, tuple[Handler, int]] = {
     "RENAMENX": (cmd.rename, 3),
     "FLUSHDB": (cmd.flush, -1),
     "FLUSHALL": (cmd.flush, -1),
+    cmd.LOAD_COMMAND: (cmd.load, -2),
 }
 
 # Commands on other types that matter only because they can replace a stream
@@ -670,6 +671,38 @@ class Replayer:
                     "delivery_time_ms": nack.delivery_time,
                 }
             )
+
+    def loaded(
+        self, call: Call, key: str, group: Group, entry_id: StreamID, nack: PendingEntry
+    ) -> None:
+        """A pending entry a snapshot holds (``PELENGINE.LOAD PENDING``): its history
+        starts here, with the counter the snapshot has and no delivery seen."""
+        assert nack.consumer is not None
+        group.records[entry_id] = DeliveryRecord(
+            nack.delivery_count, 0, {nack.consumer.name}, None, None
+        )
+        if not self.record_changes:
+            return
+        stream = self.keys.get((call.db, key))
+        exists = isinstance(stream, Stream) and entry_id in stream.entries
+        self._track_version(call, call.db, key, group.name, entry_id, nack, exists)
+        self._changes.append(
+            {
+                "db": call.db,
+                "key": key,
+                "group": group.name,
+                **id_columns(entry_id),
+                "seq": call.seq,
+                "request_seq": call.seq,
+                "ts_ms": call.now,
+                "command": call.command,
+                "change": "loaded",
+                "from_consumer": None,
+                "to_consumer": nack.consumer.name,
+                "delivery_count": nack.delivery_count,
+                "delivery_time_ms": nack.delivery_time,
+            }
+        )
 
     def drain_changes(self) -> list[Row]:
         """The ``ownership_changes`` rows recorded since the last call."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pelengine.model.commands import LOAD_COMMAND
 from pelengine.model.replay import OTHER_WRITERS, STREAM_COMMANDS, command_name
 
 SCOPE_KEYS = "keys"
@@ -69,6 +70,10 @@ def _touched_keys(argv: Sequence[str] | None) -> tuple[str, list[str]]:
     name = command_name(argv)
     if name in ("FLUSHDB", "FLUSHALL"):
         return (SCOPE_DB if name == "FLUSHDB" else SCOPE_ALL), []
+    if name == LOAD_COMMAND:  # BEGIN replaces every key; the others name theirs
+        if len(argv) == 2 and argv[1].upper() == "BEGIN":
+            return SCOPE_ALL, []
+        return (SCOPE_KEYS, [argv[2]]) if len(argv) > 2 else (SCOPE_NONE, [])
     if name in _SINGLE_KEY or name in OTHER_WRITERS and name != "MSET":
         return (SCOPE_KEYS, [argv[1]]) if len(argv) > 1 else (SCOPE_NONE, [])
     if name == "MSET":

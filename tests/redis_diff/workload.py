@@ -1047,8 +1047,12 @@ def run_workload(
     star_mode: str = "replace",
     shape: str = "mixed",
     max_attempts: int = 4,
+    flush: bool = True,
 ) -> WorkloadResult:
     """Run one seed on ``db`` (emptied first, unlogged) and return the recorded commands.
+
+    ``flush=False`` continues on what ``db`` holds (one attempt only: a retry would
+    start from what the failed attempt left).
 
     With a shared ``counter`` the seqs continue an existing log (several seeds in
     several dbs form one events table in execution order). With ``checkpoint_every``
@@ -1061,11 +1065,12 @@ def run_workload(
     start_seq = counter.value
     t0 = time.perf_counter()
     last_error: AmbiguousTimingError | None = None
-    for attempt in range(1, max_attempts + 1):
+    for attempt in range(1, (max_attempts if flush else 1) + 1):
         counter.value = start_seq
         client = server.client(db)
         try:
-            client.execute_command("FLUSHDB")
+            if flush:
+                client.execute_command("FLUSHDB")
             recorder = Recorder(client=client, db=db, counter=counter, star_mode=star_mode)
             workload = Workload(
                 recorder,
