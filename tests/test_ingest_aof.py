@@ -10,9 +10,9 @@ import pytest
 
 from pelengine import cli
 from pelengine.ingest.aof import (
+    AofFormatError,
     AofRewrittenError,
     AofState,
-    RdbPreambleError,
     read_aof,
 )
 
@@ -131,11 +131,32 @@ def test_arguments_are_bytes_exact_utf8(tmp_path: Path) -> None:
     assert rows[1]["argv"] == ["DEL", "\\xff\\xfe"]  # not UTF-8: backslash escapes
 
 
-def test_rdb_preamble_refused_and_rewrite_detected(tmp_path: Path) -> None:
+def test_an_rdb_preamble_is_the_starting_state_then_commands_follow(tmp_path: Path) -> None:
+    """aof-use-rdb-preamble yes (the servers' default): a legacy AOF that starts with an
+    RDB snapshot, commands after it; the snapshot becomes PELENGINE.LOAD rows."""
+    from tests.test_rdb import one_stream_file
+
+    path = tmp_path / "appendonly.aof"
+    path.write_bytes(one_stream_file() + resp("XACK", "s", "grp", "1-1"))
+    read = read_aof(str(path))
+    names = [r["argv"][0] if r["argv"][0] != "PELENGINE.LOAD" else r["argv"][1] for r in read.rows]
+    assert names[0] == "BEGIN" and "STREAM" in names and names[-1] == "XACK", names
+    assert {r["source"] for r in read.rows} == {"aof"}
+    assert [r["seq"] for r in read.rows] == list(range(1, len(read.rows) + 1))
+    assert read.files[0].snapshot_keys == 1 and not read.notes
+    again = read_aof(str(path), read.state)  # the snapshot is ingested once
+    assert again.rows == []
+
+
+def test_a_truncated_rdb_base_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "appendonly.aof"
     path.write_bytes(b"REDIS0010\xfa\x09redis-ver")
-    with pytest.raises(RdbPreambleError, match="aof-use-rdb-preamble no"):
+    with pytest.raises(AofFormatError, match=r"appendonly.aof: offset \d+"):
         read_aof(str(path))
+
+
+def test_rewrite_detected(tmp_path: Path) -> None:
+    path = tmp_path / "appendonly.aof"
     path.write_bytes(resp("XADD", "s", "1-0", "f", "v"))
     state = read_aof(str(path)).state
     path.write_bytes(resp("XADD", "s", "2-0", "f", "v"))  # same size, other bytes
@@ -164,9 +185,10 @@ def test_cli_ingest_aof(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     def ingest() -> int:
         return cli.run(["ingest-aof", str(aof), "--events", str(events)], spark=spark)
 
-    aof.write_bytes(b"REDIS0010\xfa")
+    aof.write_bytes(b"REDIS0010\xfa")  # a truncated RDB preamble: a clear error, nothing written
     assert ingest() == cli.EXIT_FAILED
-    assert "aof-use-rdb-preamble no" in capsys.readouterr().err
+    assert "appendonly.aof: offset 10: file ends inside" in capsys.readouterr().err
+    assert not events.exists()
     assert not events.exists()
 
     aof.write_bytes(first + tail[:-5])  # crashed mid-write

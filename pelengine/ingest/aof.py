@@ -9,9 +9,13 @@ Pure Python, no pyspark. Two layouts are read:
 * a single legacy ``appendonly.aof``.
 
 Every file is RESP (``*N\\r\\n$len\\r\\narg\\r\\n...``), with ``#TS:<unix seconds>``
-annotation lines when ``aof-timestamp-enabled yes``. A file that starts with
-``REDIS`` is an RDB snapshot (``aof-use-rdb-preamble yes``): its keys are not
-commands, so it is refused (:class:`RdbPreambleError`).
+annotation lines when ``aof-timestamp-enabled yes``; except that a file may start
+with an RDB snapshot (``REDIS``/``VALKEY``: ``aof-use-rdb-preamble yes``, the
+servers' default, writes the base file of every rewrite so, and a legacy
+``appendonly.aof`` may carry one before its commands). The snapshot becomes the
+``PELENGINE.LOAD`` rows of the state it holds (:mod:`pelengine.ingest.snapshot`:
+the exact starting state of every stream, times and counters included), at the
+snapshot's time (its ``ctime``), and the commands after it follow as usual.
 
 Rows: ``seq`` follows file order across the manifest's files (``first_seq``,
 ``first_seq + 1``, ...), ``source`` is ``"aof"``, ``client`` is null (an AOF has
@@ -68,23 +72,17 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pelengine.ingest.rdb import RdbFormatError, parse_rdb
+from pelengine.ingest.snapshot import load_rows, snapshot_time_ms
+
 SOURCE = "aof"
 MANIFEST_SUFFIX = ".manifest"
 BIGINT_MAX = (1 << 63) - 1
 FINGERPRINT_BYTES = 4096
-RDB_MESSAGE = (
-    "is an RDB snapshot (it starts with 'REDIS'), not a command log: its keys cannot be "
-    "replayed. Configure Redis with 'aof-use-rdb-preamble no' (then BGREWRITEAOF, or start "
-    "a new AOF) so the base file is written as commands"
-)
 
 
 class AofFormatError(ValueError):
     """The file is not a readable AOF (the message names the file and offset)."""
-
-
-class RdbPreambleError(AofFormatError):
-    """A base file (or legacy AOF) in RDB format: refused."""
 
 
 class AofRewrittenError(AofFormatError):
@@ -145,6 +143,7 @@ class FileReport:
     annotations: int = 0
     skipped_tail: int = 0  # bytes after ``end`` not ingested
     note: str = ""
+    snapshot_keys: int | None = None  # an RDB snapshot: how many keys it held
 
 
 @dataclass
@@ -469,23 +468,36 @@ def _read_file(
     ceiling_ms: int | None,
 ) -> FileReport:
     size = len(data)
-    if fs.offset:
-        if size < fs.offset or fingerprint(data, fs.offset) != fs.fingerprint:
-            raise AofRewrittenError(
-                f"{f.path}: its first {fs.offset} bytes differ from the ones ingested before "
-                "(the file was replaced, truncated or rewritten)"
-            )
-    elif data[:5] == b"REDIS":
-        raise RdbPreambleError(f"{f.path} {RDB_MESSAGE}")
+    if fs.offset and (size < fs.offset or fingerprint(data, fs.offset) != fs.fingerprint):
+        raise AofRewrittenError(
+            f"{f.path}: its first {fs.offset} bytes differ from the ones ingested before "
+            "(the file was replaced, truncated or rewritten)"
+        )
     report = FileReport(f.name, fs.offset, fs.offset, size, 0)
     db = fs.db
     clock = state.clock_ms
     seq = state.next_seq
+    start = fs.offset
+    if not start and bytes(data[:6]) in (b"REDIS0", b"VALKEY"):
+        # an RDB snapshot (aof-use-rdb-preamble yes): the state it holds, as load rows
+        try:
+            rdb = parse_rdb(data, f.path)
+        except RdbFormatError as exc:
+            raise AofFormatError(str(exc)) from None
+        clock = max(clock, snapshot_time_ms(rdb))
+        loaded = load_rows(rdb, first_seq=seq, ts_ms=clock)
+        for row in loaded:
+            row["source"] = SOURCE
+        rows.extend(loaded)
+        seq += len(loaded)
+        report.commands += len(loaded)
+        report.snapshot_keys = len(rdb.keys)
+        start = rdb.end_offset
     # commands of an open MULTI wait here until their EXEC is read
     unit: list[dict[str, Any]] | None = None
-    committed_end = fs.offset
+    committed_end = start
     committed_db, committed_clock, committed_seq = db, clock, seq
-    for end, argv, seconds in iter_commands(data, fs.offset, f.path):
+    for end, argv, seconds in iter_commands(data, start, f.path):
         if argv is None:
             report.annotations += 1
             if seconds is not None and seconds > 0:
