@@ -290,6 +290,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     aof.add_argument("--json", action="store_true", help="print the ingest report as JSON")
 
+    rdb = sub.add_parser(
+        "ingest-rdb",
+        parents=[common],
+        help="write the state of an RDB snapshot (dump.rdb) to an events table: the "
+        "starting state of a replay; append a MONITOR capture or app log after it",
+    )
+    rdb.add_argument("file", metavar="FILE", help="an RDB file: dump.rdb or an AOF's base .rdb")
+    rdb.add_argument("--events", required=True, metavar="PATH", help="events Delta table")
+    rdb.add_argument(
+        "--overwrite", action="store_true", help="replace the table instead of appending to it"
+    )
+    rdb.add_argument("--json", action="store_true", help="print the ingest report as JSON")
+
     demo = sub.add_parser(
         "demo", parents=[common], help="generate, reconstruct and summarize in one Spark session"
     )
@@ -379,7 +392,7 @@ def validate(args: argparse.Namespace) -> None:
             raise UsageError(f"--events {args.events}: no such path")
         if args.out and _is_local(args.out) and _local_path(args.out).is_file():
             raise UsageError(f"--out {args.out}: a file, not a directory for the tables")
-    if args.command == "ingest-monitor" and not Path(args.file).is_file():
+    if args.command in ("ingest-monitor", "ingest-rdb") and not Path(args.file).is_file():
         raise UsageError(f"{args.file}: no such file")
     if (
         args.command == "ingest-monitor"
@@ -649,6 +662,33 @@ def cmd_ingest_aof(
     return EXIT_OK
 
 
+def cmd_ingest_rdb(
+    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+) -> int:
+    """Write the state of an RDB snapshot to the events table (PELENGINE.LOAD rows)."""
+    from pelengine.ingest.rdb import RdbFormatError
+    from pelengine.spark.ingest_monitor_io import ingest_rdb
+
+    try:
+        report = ingest_rdb(
+            spark, args.file, args.events, overwrite=args.overwrite, progress=progress
+        )
+    except RdbFormatError as exc:
+        print(f"pelengine ingest-rdb: error: {exc} (nothing written)", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        how = "appended" if report["appended"] else "wrote"
+        print(
+            f"{how} {report['rows']:,} load rows (seq {report['first_seq']}..{report['last_seq']}) "
+            f"to {args.events}: the state of {args.file} ({report['header']}, taken at "
+            f"{report['snapshot_time_ms']} ms): {report['keys']} keys, {report['streams']} "
+            f"streams, {report['groups']} groups, {report['pending']} pending entries"
+        )
+    return EXIT_OK
+
+
 def cmd_demo(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
@@ -684,6 +724,7 @@ COMMANDS: dict[str, Callable[[SparkSession, argparse.Namespace, Config, Progress
     "demo": cmd_demo,
     "ingest-aof": cmd_ingest_aof,
     "ingest-monitor": cmd_ingest_monitor,
+    "ingest-rdb": cmd_ingest_rdb,
 }
 
 

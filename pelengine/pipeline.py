@@ -43,6 +43,7 @@ from pyspark.sql.types import (
 from pyspark.sql.window import Window
 
 from pelengine import storage
+from pelengine.model.commands import LOAD_COMMAND
 from pelengine.model.delivery import INCARNATION_COLUMNS, PRIOR_SEGMENT_N, SEGMENT_COLUMNS
 from pelengine.model.replay import resolve_profile
 from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
@@ -1121,6 +1122,7 @@ def reconstruct(
         carried=carried,
     )
     _count_outcomes(routed, replayed, report)
+    report["starting_state"] = starting_state(routed)
     ev = report["events"]
     lap(
         "replay",
@@ -1134,6 +1136,24 @@ def _max(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b
     return a if b is None else max(a, b)
+
+
+def starting_state(routed: DataFrame) -> list[dict[str, Any]]:
+    """Where the replay's starting state came from: the snapshot rows (``PELENGINE.LOAD``,
+    written by ``ingest-rdb`` or ``ingest-aof`` from an RDB) per source; empty: none, the
+    log starts from an empty server."""
+    loads = (
+        routed.filter(F.col("command") == LOAD_COMMAND)
+        .groupBy("source")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.min("seq").alias("first_seq"),
+            F.max("seq").alias("last_seq"),
+            F.min("ts_ms").alias("snapshot_ms"),
+        )
+        .orderBy("first_seq")
+    )
+    return [row.asDict() for row in loads.collect()]
 
 
 def _count_outcomes(routed: DataFrame, replayed: DataFrame, report: dict[str, Any]) -> None:
@@ -1307,6 +1327,12 @@ def format_report(report: dict[str, Any]) -> str:
         f" / {report.get('as_of_ms')} ms  (events {inp.get('path', '?')}, Delta version "
         f"{inp.get('delta_version', '?')})",
     ]
+    for snap in report.get("starting_state") or []:
+        lines.append(
+            f"starting state: a snapshot ({snap['rows']:,} PELENGINE.LOAD rows from source "
+            f"{snap['source']}, seq {snap['first_seq']}..{snap['last_seq']}, taken at "
+            f"{snap['snapshot_ms']} ms)"
+        )
     inc = report.get("incremental")
     if inc:
         line = f"incremental: {inc.get('mode')}"
