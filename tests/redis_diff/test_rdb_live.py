@@ -23,6 +23,11 @@ by ``read_rdb`` and compared with:
   ``OBJECT ENCODING`` (sets, sorted sets and hashes);
 * ``FUNCTION LIST`` (the library's name is in the FUNCTION2 payload).
 
+The ``dump.rdb`` is also loaded by a FRESH server of the same kind (a copy of the file,
+``--dbfilename dump.rdb`` in a new directory), and the file read must equal what THAT
+server reports too, by the same comparisons: what the file holds, as the server itself
+reads it back.
+
 Knob: ``PELENGINE_RDB_SEEDS`` (a comma list, or a count N meaning seeds 1..N).
 """
 
@@ -30,6 +35,8 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -372,21 +379,38 @@ def _check_header(f: RdbFile, kind: ServerKind) -> None:
 # --------------------------------------------------------------------------- tests
 
 
+def start_on_rdb(kind: ServerKind, rdb_path: str) -> RedisServer:
+    """A FRESH server of ``kind`` that loaded a copy of ``rdb_path`` when it started."""
+    workdir = tempfile.mkdtemp(prefix=f"pelengine-{kind.name}-rdb-load-")
+    shutil.copyfile(rdb_path, os.path.join(workdir, "dump.rdb"))
+    return start_or_fail(kind, extra_args=["--dbfilename", "dump.rdb"], workdir=workdir)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_dump_rdb_equals_the_server(server_kind: ServerKind, seed: int) -> None:
+    """The file read equals the server that wrote it, and a fresh server of the same kind
+    that loaded it (what the file holds, as the server reads it back)."""
     server = start_or_fail(server_kind)
     try:
         build_dataset(server, seed)
         with server.client() as c:
             c.execute_command("SAVE")
-        f = read_rdb(os.path.join(server.workdir, "dump.rdb"))
+        path = os.path.join(server.workdir, "dump.rdb")
+        f = read_rdb(path)
         _check_header(f, server_kind)
         assert f.aux_text("aof-base") == "0"
         assert f.lzf_strings  # the big compressible values
         assert any(e.deleted for s in f.streams.values() for e in s.entries)
         assert_file_matches_server(f, server)
+        loaded = start_on_rdb(server_kind, path)
     finally:
         stop_server(server)
+    try:
+        with loaded.client() as c:
+            assert int(c.execute_command("DBSIZE")) > 0, "the fresh server loaded nothing"
+        assert_file_matches_server(f, loaded)
+    finally:
+        stop_server(loaded)
 
 
 def test_aof_base_rdb_equals_the_server(server_kind: ServerKind) -> None:
