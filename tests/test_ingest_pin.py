@@ -134,3 +134,18 @@ def test_an_xadd_in_a_transaction_is_pinned_from_the_units_window(profile: str) 
 def test_a_scripts_xadds_are_pinned_from_the_scripts_window(profile: str) -> None:
     assert _pinned(SCRIPT, ["102-0", "102-1"], profile) == ["102-0", "102-1"]
     assert _pinned(SCRIPT, ["106-0", "107-0"], profile) == ["106-0", "107-0"]
+
+
+def test_the_pin_continues_the_state_before_the_capture() -> None:
+    """A capture appended after a snapshot: ``s`` already held 100-0. Replayed from an
+    empty keyspace the NOMKSTREAM write did nothing and the next XADD was pinned to the
+    entry before it; from the rows before the capture both get the server's IDs."""
+    capture = [
+        row(2, 1000, "XADD", "s", "NOMKSTREAM", "*", "f", "a"),
+        row(3, 1000, "XADD", "s", "*", "f", "b"),
+    ]
+    server = [aof("XADD", "s", i, "f", "v") for i in ("100-0", "1000-0", "1000-1")]
+    before = [{"seq": 1, "ts_ms": 0, "argv": ["XADD", "s", "100-0", "f", "v"], "client": None}]
+    stats = pin_star_ids(capture, server, start=before)
+    assert [capture[0]["argv"][3], capture[1]["argv"][2]] == ["1000-0", "1000-1"]
+    assert (stats.pinned, stats.unpinned) == (2, 0)

@@ -22,10 +22,16 @@ earlier entry can be it, and later entries are greater than the true ID. The
 says what the server did). A candidate-free row (the AOF does not cover that
 moment, the command failed) keeps its ``*`` and is counted.
 
-Limits: the replay starts from an empty keyspace, so a capture appended to
-streams that existed before it pins only rows whose candidates do not depend on
-the earlier last ID; keys deleted and recreated within the window can, in
-theory, offer an older incarnation's ID (the AOF set is per key name).
+The replay starts from the rows before the capture (``start``: the events table
+it is appended to, e.g. a snapshot's ``PELENGINE.LOAD`` rows), so streams that
+existed before it have their last IDs; a ``NOMKSTREAM`` write or a write in the
+same millisecond as the stream's last entry then gets its true candidates.
+
+Limits: streams that existed before the capture but are not in ``start`` (a
+capture of a server whose state was never ingested) pin only rows whose
+candidates do not depend on the earlier last ID; keys deleted and recreated
+within the window can, in theory, offer an older incarnation's ID (the AOF set
+is per key name).
 """
 
 from __future__ import annotations
@@ -96,13 +102,20 @@ def pin_star_ids(
     aof_rows: Iterable[dict[str, Any]],
     *,
     profile: str = "7.0",
+    start: Iterable[dict[str, Any]] = (),
 ) -> PinStats:
     """Replace the ``*`` of every ``XADD`` row in ``rows`` (a capture, in ``seq`` order)
-    by the ID the AOF shows the server generated; rows are changed in place."""
+    by the ID the AOF shows the server generated; rows are changed in place.
+    ``start``: the events rows before the capture, in ``seq`` order (the state it
+    continues)."""
     ids = aof_xadd_ids(aof_rows)
     stats = PinStats(aof_ids=sum(len(v) for v in ids.values()))
     # only the streams' IDs matter here: closed delivery records are spilled and dropped
     replayer = Replayer(profile, record_changes=False, spill_closed_records=True)
+    for row in start:
+        replayer.apply(row["seq"], row["ts_ms"], row["argv"], row.get("db") or 0, row["client"])
+        replayer.drain_delivery_segments()
+        replayer.drain_group_incarnations()
     # the clock read lies in the 7.0 window or the 7.2+ one: looking in both is safe
     # (the smallest AOF ID above the stream's last one is the ID), whatever the server
     per_command, per_unit = UnitWindows(snapshot=False), UnitWindows(snapshot=True)

@@ -8,7 +8,7 @@ Arrow table. Appending to an existing table continues ``seq`` after its largest
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,13 +58,15 @@ def capture_arrow_table(
     *,
     ids_from_aof: str | None = None,
     profile: str = "7.0",
+    before: Iterable[dict[str, Any]] = (),
 ) -> tuple[pa.Table, PinStats | None]:
     """The capture's commands as one Arrow table with the events schema.
 
     With ``ids_from_aof`` (the same server's appendonlydir or AOF file) the ``*`` of
     every ``XADD`` is replaced by the ID the server generated
     (:func:`pelengine.ingest.pin.pin_star_ids`, which replays the capture with
-    ``profile``: the server's version or a profile name).
+    ``profile``: the server's version or a profile name, from the rows ``before``
+    the capture: what the events table already holds).
     """
     pins = None
     with open_capture(capture_path) as fh:
@@ -75,9 +77,22 @@ def capture_arrow_table(
             from pelengine.ingest.pin import pin_star_ids
 
             rows = list(iter_rows(fh, start_seq, stats))
-            pins = pin_star_ids(rows, read_aof(ids_from_aof).rows, profile=profile)
+            pins = pin_star_ids(rows, read_aof(ids_from_aof).rows, profile=profile, start=before)
             batches = list(rows_to_batches(iter(rows), chunk_rows))
     return pa.Table.from_batches(batches, schema=EVENTS_ARROW_SCHEMA), pins
+
+
+def _rows_in_order(spark: SparkSession, events_path: str) -> Iterator[dict[str, Any]]:
+    """The events table's rows in ``seq`` order (the columns a replay reads)."""
+    from pelengine.storage import read_table
+
+    df = read_table(spark, events_path).select("seq", "ts_ms", "argv", "db", "client")
+    for row in (
+        df.filter("seq IS NOT NULL AND ts_ms IS NOT NULL AND argv IS NOT NULL")
+        .orderBy("seq")
+        .toLocalIterator()
+    ):
+        yield row.asDict()
 
 
 def ingest_monitor(
@@ -103,8 +118,13 @@ def ingest_monitor(
     appended = start is not None
     stats = ParseStats()
     progress(f"parsing {capture_path}")
+    before: Iterable[dict[str, Any]] = ()
+    if ids_from_aof is not None and start is not None:
+        # the pin replays from the state the table already holds (e.g. a snapshot's)
+        progress(f"reading {events_path} (the state the capture continues)")
+        before = _rows_in_order(spark, events_path)
     table, pins = capture_arrow_table(
-        capture_path, start or 1, stats, ids_from_aof=ids_from_aof, profile=profile
+        capture_path, start or 1, stats, ids_from_aof=ids_from_aof, profile=profile, before=before
     )
     n = table.num_rows
     first = start or 1
