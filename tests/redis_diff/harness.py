@@ -266,8 +266,10 @@ def check_model(
     profile: str = "7.0",
     tables: Iterable[str] = ("pel", "ownership", "groups", "streams"),
     start: Iterable[dict[str, Any]] = (),
+    tolerance_ms: int = 2,
 ) -> Verdict:
-    """``start``: events rows applied first, unjudged (e.g. a snapshot's load rows)."""
+    """``start``: events rows applied first, unjudged (e.g. a snapshot's load rows);
+    ``tolerance_ms``: how far times may be from the server's (``compare.compare_table``)."""
     from pelengine.model import Replayer
 
     tables = tuple(tables)
@@ -309,9 +311,9 @@ def check_model(
         while pending and pending[0][0] == rec.seq:
             seq, expected = pending.pop(0)
             got = replayer.snapshot(as_of_ms=rec.ts_after_ms, as_of_seq=rec.seq)
-            problems = compare_tables(expected, got, tables) + pending_delivery_counts(
-                expected, got
-            )
+            problems = compare_tables(
+                expected, got, tables, tolerance_ms
+            ) + pending_delivery_counts(expected, got)
             verdict.rows_compared += _count_rows(expected)
             if problems:
                 verdict.table_mismatches.append((seq, problems))
@@ -324,7 +326,9 @@ def check_model(
             verdict.changes_checked += 1
             verdict.change_mismatches += check_changes(rec, changes_by_request.get(rec.seq, []))
     verdict.replay_s = time.perf_counter() - t0
-    problems = compare_tables(truth, got, tables) + pending_delivery_counts(truth, got)
+    problems = compare_tables(truth, got, tables, tolerance_ms) + pending_delivery_counts(
+        truth, got
+    )
     verdict.rows_compared += _count_rows(truth)
     if problems:
         verdict.table_mismatches.append((-1, problems))

@@ -31,6 +31,7 @@ from tests.redis_diff.aof_support import aof_dir, aof_server
 from tests.redis_diff.capture import Record
 from tests.redis_diff.harness import STREAM_WRITES, UNJUDGED, check_model, save_failure
 from tests.redis_diff.monitor_capture import (
+    MONITOR_TOLERANCE_MS,
     MonitorCapture,
     align,
     remap_checkpoints,
@@ -124,6 +125,7 @@ def test_monitor_capture_replays_to_the_server_state(
         truth,
         remap_checkpoints(result.checkpoints, aligned.seq_of),
         profile=server.profile,
+        tolerance_ms=MONITOR_TOLERANCE_MS,
     )
     id_mismatches = xadd_id_mismatches(aligned.records, profile=server.profile)
     unjudged = sum(

@@ -41,7 +41,12 @@ from tests.redis_diff.harness import (
     check_model,
     pending_delivery_counts,
 )
-from tests.redis_diff.monitor_capture import MonitorCapture, align, run_blocking_phase
+from tests.redis_diff.monitor_capture import (
+    MONITOR_TOLERANCE_MS,
+    MonitorCapture,
+    align,
+    run_blocking_phase,
+)
 from tests.redis_diff.server import ServerKind, stop_server
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import AmbiguousTimingError, run_workload
@@ -131,6 +136,7 @@ def test_rdb_then_monitor_through_cli_and_job(
         truth,
         profile=profile,
         start=loads,
+        tolerance_ms=MONITOR_TOLERANCE_MS,
     )
     print(verdict.summary())
     assert verdict.ok, verdict.report()
@@ -141,7 +147,9 @@ def test_rdb_then_monitor_through_cli_and_job(
     assert (start["first_seq"], start["last_seq"]) == (1, n_load)
     got = collect_tables(result)
     got = {name: [r for r in table if r.get("db") in DBS] for name, table in got.items()}
-    problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
+    problems = compare_tables(truth, got, TABLES, MONITOR_TOLERANCE_MS) + pending_delivery_counts(
+        truth, got
+    )
     change_problems = check_job_changes(judged, got.get("ownership_changes", []))
     loaded = [c for c in got["ownership_changes"] if c["change"] == "loaded"]
     print(
