@@ -454,6 +454,33 @@ def env_seeds(env: str, default: list[int], count_from: int | None = None) -> li
     return [int(s) for s in text.split(",") if s.strip()]
 
 
+JOB_KINDS_ENV = "PELENGINE_JOB_KINDS"
+
+
+def job_kinds() -> list[ServerKind]:
+    """The kinds the Spark job tests run on: by default one per model profile (the last
+    selected kind of each: Redis 7.0, and Valkey 9.1 for both Valkey servers, which
+    resolve to one profile). The job must equal the model, which every kind judges in
+    its own tests; a ``reconstruct`` costs ~10 s however small. ``$PELENGINE_JOB_KINDS``:
+    a comma list of kinds, or ``all``."""
+    chosen = [n.strip() for n in os.environ.get(JOB_KINDS_ENV, "").split(",") if n.strip()]
+    kinds = selected_kinds()
+    if "all" in chosen:
+        return kinds
+    if chosen:
+        return [k for k in kinds if k.name in chosen]
+    last: dict[str, ServerKind] = {}
+    for kind in kinds:
+        last[profile_for(kind, kind.version_prefix.rstrip("."))] = kind
+    return [k for k in kinds if k in last.values()]
+
+
+# a Spark job test: once per kind of ``job_kinds``
+on_job_kinds = pytest.mark.parametrize(
+    "server_kind", job_kinds(), ids=[k.name for k in job_kinds()], indirect=True
+)
+
+
 def kind_cases(
     cases_by_kind: Callable[[ServerKind], list[tuple[Any, ...]]],
     case_id: Callable[..., str],

@@ -26,7 +26,7 @@ from tests.redis_diff.harness import (
     history,
     pending_delivery_counts,
 )
-from tests.redis_diff.server import DATABASES, RedisServer, ServerKind
+from tests.redis_diff.server import DATABASES, RedisServer, ServerKind, on_job_kinds
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import run_workload
 
@@ -70,6 +70,7 @@ def job_seeds(kind: ServerKind) -> int:
     return int(os.environ.get("PELENGINE_JOB_SEEDS", SEEDS_PER_KIND[kind.name]))
 
 
+@on_job_kinds
 def test_job_matches_server(fresh_redis_server: RedisServer, spark: Any, tmp_path) -> None:
     from pelengine.pipeline import ReconstructOptions, reconstruct
 

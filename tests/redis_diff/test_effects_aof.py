@@ -25,7 +25,14 @@ from pelengine.ingest.aof import read_aof
 from tests.redis_diff.aof_support import aof_dir, aof_server, loaded_truth
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.harness import pending_delivery_counts
-from tests.redis_diff.server import RedisServer, ServerKind, env_seeds, kind_cases, stop_server
+from tests.redis_diff.server import (
+    RedisServer,
+    ServerKind,
+    env_seeds,
+    kind_cases,
+    on_job_kinds,
+    stop_server,
+)
 from tests.redis_diff.truth import TABLES
 from tests.redis_diff.workload import run_workload
 
@@ -113,6 +120,7 @@ def test_aof_replay_matches_loading_server(server_kind: ServerKind, seed: int, s
 
 
 @pytest.mark.spark
+@on_job_kinds
 def test_aof_through_ingest_and_job_matches_loading_server(
     server_kind: ServerKind, spark: Any, tmp_path
 ) -> None:

@@ -23,7 +23,7 @@ from tests.redis_diff.monitor_capture import (
     align,
     run_blocking_phase,
 )
-from tests.redis_diff.server import RedisServer, ServerKind, stop_server
+from tests.redis_diff.server import RedisServer, ServerKind, on_job_kinds, stop_server
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import run_workload
 
@@ -42,6 +42,7 @@ def aof_redis(server_kind: ServerKind) -> Any:
         stop_server(server)
 
 
+@on_job_kinds
 def test_capture_through_cli_and_job_matches_redis(
     aof_redis: RedisServer, spark: Any, tmp_path: Path
 ) -> None:

@@ -22,7 +22,7 @@ from tests.redis_diff.scenario import (
     Sleep,
     run_scenario,
 )
-from tests.redis_diff.server import RedisServer
+from tests.redis_diff.server import RedisServer, on_job_kinds
 
 pytestmark = pytest.mark.redis
 
@@ -1019,6 +1019,7 @@ def _max_span_ms(records: list) -> int:  # noqa: ANN001
     return max((r.ts_after_ms - r.ts_ms for r in records if r.note != "blocked"), default=0)
 
 
+@on_job_kinds
 def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -> None:  # noqa: ANN001
     """Every scenario (but the known gaps) in ONE events table through ``reconstruct``.
 
