@@ -47,7 +47,7 @@ from tests.redis_diff.monitor_capture import (
     align,
     run_blocking_phase,
 )
-from tests.redis_diff.server import ServerKind, on_job_kinds, stop_server
+from tests.redis_diff.server import ServerKind, stop_server
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import AmbiguousTimingError, run_workload
 
@@ -97,7 +97,6 @@ def record_server(kind: ServerKind, tmp_path: Path) -> tuple[Any, ...]:
     pytest.fail(f"{ATTEMPTS} attempts hit an idle boundary")
 
 
-@on_job_kinds
 def test_rdb_then_monitor_through_cli_and_job(
     server_kind: ServerKind, spark: Any, tmp_path: Path
 ) -> None:
