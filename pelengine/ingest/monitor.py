@@ -199,7 +199,7 @@ class UnitWindows:
     queued command (MONITOR shows them when ``EXEC`` runs them); for a script's
     commands (client ``lua``, after their ``EVAL``/``FCALL`` line, which MONITOR
     feeds once the script's clock was read) it is the window of the script's line.
-    The same units as the replay's (``Replayer._unit_now``).
+    The same units as the replay's (``Replayer._place``).
     """
 
     def __init__(self, snapshot: bool) -> None:
