@@ -31,7 +31,7 @@ from pelengine.storage import NativeDeltaRequiredError, Output
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from pelengine.report import Thresholds
+    from pelengine.read.report import Thresholds
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -433,9 +433,11 @@ def cmd_reconstruct(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Run the reconstruction and print its report."""
-    from pelengine.pipeline import ReconstructOptions, format_report, run_reconstruct
+    from pelengine.runs.full import run_reconstruct
+    from pelengine.runs.output import format_report
+    from pelengine.settings import Settings
 
-    options = ReconstructOptions(
+    options = Settings(
         profile=args.redis_version or conf.profile,
         node_max_entries=_first(args.stream_node_max_entries, conf.node_max_entries),
         node_max_bytes=_first(args.stream_node_max_bytes, conf.node_max_bytes),
@@ -482,7 +484,7 @@ def cmd_generate(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Write a synthetic events table."""
-    from pelengine.spark.generate_io import write_generated_events
+    from pelengine.runs.generate import write_generated_events
 
     events, keys, seed = _sizes(args, conf)
     n = write_generated_events(
@@ -496,7 +498,7 @@ def cmd_summary(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Print the summary of an output root."""
-    from pelengine.pipeline import summarize
+    from pelengine.read.summary import summarize
 
     print(summarize(spark, args.out))
     return EXIT_OK
@@ -506,7 +508,7 @@ def cmd_pel_as_of(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Print the PEL at a past moment, read from ``pel_history`` (no replay)."""
-    from pelengine.history import describe_pel_as_of
+    from pelengine.read.history import describe_pel_as_of
 
     print(
         describe_pel_as_of(
@@ -524,7 +526,7 @@ def cmd_pel_as_of(
 
 def cmd_sql(spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress) -> int:
     """Run a query over the tables of an output root and print the rows."""
-    from pelengine.query import QueryError, render, run_query
+    from pelengine.read.query import QueryError, render, run_query
 
     try:
         result = run_query(spark, args.out, args.query, args.limit or None)
@@ -541,7 +543,12 @@ def cmd_pending(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Print what XPENDING would print, from the snapshot tables."""
-    from pelengine.pending import PendingArgumentError, describe, xpending_range, xpending_summary
+    from pelengine.read.pending import (
+        PendingArgumentError,
+        describe,
+        xpending_range,
+        xpending_summary,
+    )
 
     if args.start is None:
         answer = xpending_summary(spark, args.out, args.key, args.group, db=args.db)
@@ -568,7 +575,7 @@ def cmd_pending(
 
 def report_thresholds(args: argparse.Namespace, conf: Config) -> Thresholds:
     """The report's thresholds: each CLI flag given, else conf ``report:``."""
-    from pelengine.report import Thresholds
+    from pelengine.read.report import Thresholds
 
     c = conf.report
     return Thresholds(
@@ -583,7 +590,7 @@ def cmd_report(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Build, write and print the operational report of an output root."""
-    from pelengine.report import build_report, describe, write_report
+    from pelengine.read.report import build_report, describe, write_report
 
     thresholds = report_thresholds(args, conf)
     progress(f"building the report of {args.out} ({thresholds})")
@@ -608,7 +615,7 @@ def cmd_ingest_monitor(
 ) -> int:
     """Parse a MONITOR capture and write its commands to the events table."""
     from pelengine.ingest.aof import AofFormatError
-    from pelengine.spark.ingest_monitor_io import ingest_monitor
+    from pelengine.runs.ingest_monitor import ingest_monitor
 
     try:
         result = ingest_monitor(
@@ -648,7 +655,7 @@ def cmd_ingest_aof(
 ) -> int:
     """Append what is new in an AOF to the events table (at most once)."""
     from pelengine.ingest.aof import AofFormatError
-    from pelengine.spark.ingest_io import format_ingest_report, ingest_aof
+    from pelengine.runs.ingest_aof import format_ingest_report, ingest_aof
 
     try:
         report = ingest_aof(spark, args.source, args.events, progress, state_path=args.state)
@@ -667,7 +674,7 @@ def cmd_ingest_rdb(
 ) -> int:
     """Write the state of an RDB snapshot to the events table (PELENGINE.LOAD rows)."""
     from pelengine.ingest.rdb import RdbFormatError
-    from pelengine.spark.ingest_monitor_io import ingest_rdb
+    from pelengine.runs.ingest_monitor import ingest_rdb
 
     try:
         report = ingest_rdb(
@@ -693,8 +700,11 @@ def cmd_demo(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Generate, reconstruct and summarize under one directory, in one session."""
-    from pelengine.pipeline import ReconstructOptions, format_report, run_reconstruct, summarize
-    from pelengine.spark.generate_io import write_generated_events
+    from pelengine.read.summary import summarize
+    from pelengine.runs.full import run_reconstruct
+    from pelengine.runs.generate import write_generated_events
+    from pelengine.runs.output import format_report
+    from pelengine.settings import Settings
 
     root = args.dir or conf.demo_dir
     events_path = os.path.join(root, "events")
@@ -704,7 +714,7 @@ def cmd_demo(
         spark, events_path, events, keys, seed, progress, faults=not args.no_faults
     )
     print(f"== generated {events} events ({keys} keys, seed {seed}) into {events_path}")
-    options = ReconstructOptions(profile=args.redis_version or conf.profile)
+    options = Settings(profile=args.redis_version or conf.profile)
     report = run_reconstruct(spark, events_path, out_path, options, progress)
     print(f"== reconstructed into {out_path}")
     print(format_report(report))

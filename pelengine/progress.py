@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Sink = Callable[[str], None]
+# what the pipeline and the runs report their steps to
+Progress = Callable[[str], None]
 Status = Callable[[], "str | None"]
+
+
+def quiet(_: str) -> None:
+    """A progress sink that prints nothing."""
+    return None
 
 
 def format_duration(seconds: float) -> str:

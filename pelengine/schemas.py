@@ -233,7 +233,7 @@ REPLAY_OUTPUT_SCHEMA = StructType(
 
 # The state table (``<out>/_state``): one ``family`` row per family replayed so far
 # (db, family, applied_seq, state_blob, agg_n, agg_x) and one ``run`` row describing
-# the input the state corresponds to (see pelengine.incremental).
+# the input the state corresponds to (see pelengine.runs.incremental).
 STATE_TABLE_SCHEMA = StructType(
     [
         StructField("kind", _S, False),

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pelengine.config import Config
+from pelengine.storage import on_databricks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -16,11 +17,6 @@ if TYPE_CHECKING:
 def launched_by_spark_submit() -> bool:
     """Whether this Python driver was started by spark-submit (its JVM already runs)."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
-
-
-def on_databricks() -> bool:
-    """Whether this process runs on Databricks (a job task, classic or serverless)."""
-    return bool(os.environ.get("DATABRICKS_RUNTIME_VERSION"))
 
 
 def build_session(conf: Config, progress: Callable[[str], None] | None = None) -> SparkSession:

@@ -176,8 +176,8 @@ def _task_argv(bundle: dict[str, Any], values: dict[str, str]) -> list[str]:
 def test_entry_point_runs_with_the_bundle_parameters(
     spark: Any, bundle: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pelengine.spark.generate_io import write_generated_events
-    from pelengine.spark.schemas import OUTPUT_TABLES
+    from pelengine.runs.generate import write_generated_events
+    from pelengine.schemas import OUTPUT_TABLES
 
     events = str(tmp_path / "events")
     write_generated_events(spark, events, 400, 3, 5)

@@ -126,7 +126,8 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 def test_reconstruct_passes_options(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import pelengine.pipeline as pipeline
+    import pelengine.runs.full as full
+    import pelengine.runs.output as output
 
     seen: dict[str, Any] = {}
 
@@ -134,8 +135,8 @@ def test_reconstruct_passes_options(
         seen.update(spark=spark, events=events, out=out, options=options)
         return {"events": {"read": 5}}
 
-    monkeypatch.setattr(pipeline, "run_reconstruct", fake_run)
-    monkeypatch.setattr(pipeline, "format_report", lambda report: "REPORT")
+    monkeypatch.setattr(full, "run_reconstruct", fake_run)
+    monkeypatch.setattr(output, "format_report", lambda report: "REPORT")
     code = run_cli(
         ["reconstruct", "--events", str(tmp_path), "--out", "o", "--as-of-seq", "9"]
         + ["--txn-app-id", "app", "--txn-version", "4"]

@@ -189,7 +189,7 @@ def test_keys_spread_over_dbs(rows: list[dict[str, Any]]) -> None:
 
 
 def test_arrow_batches_keep_rows_and_nulls() -> None:
-    from pelengine.spark.generate_io import EVENTS_ARROW_SCHEMA, generated_arrow_table
+    from pelengine.runs.generate import EVENTS_ARROW_SCHEMA, generated_arrow_table
 
     table = generated_arrow_table(1500, 5, seed=3, chunk_rows=400)
     assert table.schema == EVENTS_ARROW_SCHEMA
@@ -198,8 +198,8 @@ def test_arrow_batches_keep_rows_and_nulls() -> None:
 
 @pytest.mark.spark
 def test_generated_dataframe_has_events_schema(spark: Any) -> None:
-    from pelengine.spark.generate_io import generated_events_df
-    from pelengine.spark.schemas import EVENTS_SCHEMA
+    from pelengine.runs.generate import generated_events_df
+    from pelengine.schemas import EVENTS_SCHEMA
 
     df = generated_events_df(spark, 2000, 4, seed=5)
     assert df.schema == EVENTS_SCHEMA

@@ -215,7 +215,7 @@ def test_interrupted_run_is_not_appended_twice(spark: Any, tmp_path: Path) -> No
     """The events append committed, the state row did not: the next run skips what is there."""
     import shutil
 
-    from pelengine.spark.ingest_io import ingest_aof
+    from pelengine.runs.ingest_aof import ingest_aof
     from pelengine.storage import read_table
 
     events, state, doomed = tmp_path / "events", tmp_path / "state", tmp_path / "doomed"

@@ -124,13 +124,14 @@ def test_clear_outputs_leaves_what_git_should_see() -> None:
 @pytest.fixture(scope="module")
 def run_dirs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A generated events table and the output root of its reconstruct run."""
-    from pelengine.pipeline import ReconstructOptions, run_reconstruct
-    from pelengine.spark.generate_io import write_generated_events
+    from pelengine.runs.full import run_reconstruct
+    from pelengine.runs.generate import write_generated_events
+    from pelengine.settings import Settings
 
     base = tmp_path_factory.mktemp("notebook")
     events, out = base / "events", base / "out"
     write_generated_events(spark, str(events), EVENTS, KEYS, SEED)
-    run_reconstruct(spark, str(events), str(out), ReconstructOptions())
+    run_reconstruct(spark, str(events), str(out), Settings())
     return events, out
 
 

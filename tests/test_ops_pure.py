@@ -14,7 +14,8 @@ import pytest
 
 from pelengine import cli
 from pelengine.config import ConfigError, load_config
-from pelengine.pending import (
+from pelengine.progress import ProgressReporter, format_duration, spark_status
+from pelengine.read.pending import (
     INVALID_ID,
     UINT64_MAX,
     PendingArgumentError,
@@ -22,8 +23,7 @@ from pelengine.pending import (
     format_reply,
     range_bounds,
 )
-from pelengine.progress import ProgressReporter, format_duration, spark_status
-from pelengine.report import Thresholds
+from pelengine.read.report import Thresholds
 from pelengine.tabular import format_csv, format_json, format_table
 
 M = UINT64_MAX
@@ -187,7 +187,7 @@ def test_no_stage_details_without_a_spark_context() -> None:
 
 
 def test_run_summary_lines() -> None:
-    from pelengine.pipeline import format_report
+    from pelengine.runs.output import format_report
 
     full = {
         "profile": "7.0",
@@ -223,7 +223,7 @@ def test_describe_failure_finds_the_worker_error_line() -> None:
     wrapped = PythonException(
         "\n  An exception was thrown from the Python worker. Please see the stack trace below."
         '\nTraceback (most recent call last):\n  File "udf.py", line 9, in replay\n'
-        "    raise ReplayRowError(...)\npelengine.spark.udf.ReplayRowError: replay of db=0 "
+        "    raise ReplayRowError(...)\npelengine.engine.udf.ReplayRowError: replay of db=0 "
         "family='s' failed at the event seq 7 (ts_ms 5, db 0, argv ['XADD']): KeyError: 'x'\n"
     )
     assert cli.describe_failure(wrapped) == (
@@ -233,7 +233,7 @@ def test_describe_failure_finds_the_worker_error_line() -> None:
 
 
 def test_replay_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pelengine.spark import udf
+    from pelengine.engine import udf
 
     def broken(self: Any, seq: int, *_: Any) -> Any:
         if seq == 2:
@@ -258,7 +258,7 @@ def test_replay_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_routing_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pelengine.spark import udf
+    from pelengine.engine import udf
 
     def broken(argv: list[str]) -> Any:
         raise ValueError(f"cannot route {argv[0]}")

@@ -17,7 +17,7 @@ import pyarrow as pa
 from pelengine.model.replay import Replayer, command_name
 from pelengine.model.routing import SCOPE_KEYS, command_group, linked_keys, touched_keys
 from pelengine.model.state import Counters
-from pelengine.spark.schemas import REPLAY_OUTPUT_SCHEMA
+from pelengine.schemas import REPLAY_OUTPUT_SCHEMA
 
 OUTPUT_BATCH_ROWS = 8192
 

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine import storage
-from pelengine.spark.schemas import TABLE_COLUMNS, table_schema
+from pelengine.schemas import TABLE_COLUMNS, table_schema
 
 
 def pel_as_of(

@@ -20,8 +20,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from pelengine import storage
-from pelengine.report import REPORT_TABLES
-from pelengine.spark.schemas import OUTPUT_TABLES
+from pelengine.read.report import REPORT_TABLES
+from pelengine.schemas import OUTPUT_TABLES
 
 KNOWN_TABLES: tuple[str, ...] = (*OUTPUT_TABLES, "rejected_events", *REPORT_TABLES)
 _VIEW_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")

@@ -25,7 +25,7 @@ Five tables, each built from the output tables of one root (no replay):
 
 Library use (the notebook, jobs)::
 
-    from pelengine.report import Thresholds, build_report, write_report
+    from pelengine.read.report import Thresholds, build_report, write_report
     rep = build_report(spark, "out", Thresholds(poison_count=3))
     rep.tables["report_poison"].show()      # DataFrames, nothing written yet
     write_report(spark, "out", rep)         # Delta tables out/report_*

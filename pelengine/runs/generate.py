@@ -29,7 +29,7 @@ EVENTS_ARROW_SCHEMA = pa.schema(
 CHUNK_ROWS = 100_000
 
 
-def _quiet(_: str) -> None:
+def quiet(_: str) -> None:
     return None
 
 
@@ -61,7 +61,7 @@ def generated_arrow_table(
     *,
     faults: bool = True,
     chunk_rows: int = CHUNK_ROWS,
-    progress: Callable[[str], None] = _quiet,
+    progress: Callable[[str], None] = quiet,
 ) -> pa.Table:
     """The generated workload as one Arrow table with the events schema."""
     batches = []
@@ -82,10 +82,10 @@ def generated_events_df(
     seed: int,
     *,
     faults: bool = True,
-    progress: Callable[[str], None] = _quiet,
+    progress: Callable[[str], None] = quiet,
 ) -> DataFrame:
     """The generated workload as a DataFrame with the events schema (via Arrow)."""
-    from pelengine.spark.schemas import EVENTS_SCHEMA
+    from pelengine.schemas import EVENTS_SCHEMA
 
     table = generated_arrow_table(n_events, n_keys, seed, faults=faults, progress=progress)
     return spark.createDataFrame(table, schema=EVENTS_SCHEMA)
@@ -97,7 +97,7 @@ def write_generated_events(
     n_events: int,
     n_keys: int,
     seed: int,
-    progress: Callable[[str], None] = _quiet,
+    progress: Callable[[str], None] = quiet,
     *,
     faults: bool = True,
 ) -> int:

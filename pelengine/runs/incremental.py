@@ -48,26 +48,20 @@ from __future__ import annotations
 import json
 import pickle
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine import storage
-from pelengine.model.replay import get_profile
-from pelengine.pipeline import (
-    Carry,
-    InputContractError,
-    Progress,
-    ReconstructOptions,
-    ReconstructResult,
-    _quiet,
-    conform_events,
-    reconstruct,
-    write_outputs,
-)
-from pelengine.spark.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
+from pelengine.pipeline.carry import Carry
+from pelengine.pipeline.conform import InputContractError, conform_events
+from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
+from pelengine.progress import Progress, quiet
+from pelengine.runs.output import write_outputs
+from pelengine.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
+from pelengine.settings import Settings
 
 STATE_TABLE = "_state"
 TXN_APP_ID = "pelengine-incremental"
@@ -95,10 +89,10 @@ class SavedRun:
     globals: dict[str, Any] = field(default_factory=dict)
 
 
-def content_options(options: ReconstructOptions) -> dict[str, Any]:
+def content_options(options: Settings) -> dict[str, Any]:
     """The options the tables depend on (a state built with others cannot continue)."""
     return {
-        "profile": get_profile(options.profile).name,
+        "profile": options.profile_name,
         "node_max_entries": options.node_max_entries,
         "node_max_bytes": options.node_max_bytes,
     }
@@ -164,13 +158,11 @@ def run_incremental(
     spark: SparkSession,
     events_path: str,
     out_path: str | storage.Output,
-    options: ReconstructOptions,
-    progress: Progress = _quiet,
+    options: Settings,
+    progress: Progress = quiet,
 ) -> dict[str, Any]:
     """One nightly run (see the module docstring); returns the run report."""
     started = time.time()
-    if options.as_of_ms is not None or options.as_of_seq is not None:
-        raise InputContractError("--incremental cannot be combined with --as-of-ms/--as-of-seq")
     output = storage.check_output(spark, out_path)
     events_ref = storage.table_ref(events_path)
     storage.check_input(spark, events_ref)
@@ -242,7 +234,7 @@ def run_incremental(
             select_db=g.get("select_db", 0),
             open_units=g.get("open_units", {}),
         )
-    run_options = ReconstructOptions(**{**asdict(options), "incremental": True})
+    run_options = replace(options, incremental=True)
     result: ReconstructResult | None = None
     if carry is not None:
         new_rows = events.filter(F.col("seq") > carry.high_seq)
@@ -399,7 +391,7 @@ def _changed_families(result: ReconstructResult, saved: DataFrame) -> list[dict[
 def _finish(
     report: dict[str, Any],
     output: storage.Output,
-    options: ReconstructOptions,
+    options: Settings,
     spark: SparkSession,
     started: float,
     *,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pelengine.ingest.aof import AofState, read_aof
-from pelengine.spark.generate_io import EVENTS_ARROW_SCHEMA, rows_to_batches
+from pelengine.runs.generate import EVENTS_ARROW_SCHEMA, rows_to_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,7 +46,7 @@ STATE_ARROW_SCHEMA = pa.schema(
 )
 
 
-def _quiet(_: str) -> None:
+def quiet(_: str) -> None:
     return None
 
 
@@ -71,7 +71,7 @@ def ingest_aof(
     spark: SparkSession,
     source: str,
     events_path: str,
-    progress: Callable[[str], None] = _quiet,
+    progress: Callable[[str], None] = quiet,
     *,
     state_path: str | None = None,
     ceiling_ms: int | None = None,
@@ -79,7 +79,7 @@ def ingest_aof(
     """Append what is new in the AOF at ``source`` to the events table; return a report."""
     from pyspark.sql import functions as F
 
-    from pelengine.spark.schemas import EVENTS_SCHEMA
+    from pelengine.schemas import EVENTS_SCHEMA
     from pelengine.storage import read_table, table_exists, write_table
 
     t0 = time.perf_counter()

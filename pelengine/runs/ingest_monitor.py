@@ -1,7 +1,7 @@
 """Write a MONITOR capture (:mod:`pelengine.ingest.monitor`) as rows of the events Delta table.
 
 The rows are packed into Arrow batches the same way as the generator's
-(:func:`pelengine.spark.generate_io.rows_to_batches`) and handed to Spark as one
+(:func:`pelengine.runs.generate.rows_to_batches`) and handed to Spark as one
 Arrow table. Appending to an existing table continues ``seq`` after its largest
 ``seq``, so several captures taken one after the other form one command order.
 """
@@ -16,13 +16,13 @@ import pyarrow as pa
 
 from pelengine.ingest.monitor import ParseStats, iter_rows, open_capture
 from pelengine.ingest.pin import PinStats
-from pelengine.spark.generate_io import CHUNK_ROWS, EVENTS_ARROW_SCHEMA, rows_to_batches
+from pelengine.runs.generate import CHUNK_ROWS, EVENTS_ARROW_SCHEMA, rows_to_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def _quiet(_: str) -> None:
+def quiet(_: str) -> None:
     return None
 
 
@@ -103,7 +103,7 @@ def ingest_monitor(
     overwrite: bool = False,
     ids_from_aof: str | None = None,
     profile: str = "7.0",
-    progress: Callable[[str], None] = _quiet,
+    progress: Callable[[str], None] = quiet,
 ) -> IngestResult:
     """Parse ``capture_path`` and write its commands to the events table at ``events_path``.
 
@@ -111,7 +111,7 @@ def ingest_monitor(
     its maximum); a missing table is created. ``ids_from_aof``: see
     :func:`capture_arrow_table`.
     """
-    from pelengine.spark.schemas import EVENTS_SCHEMA
+    from pelengine.schemas import EVENTS_SCHEMA
     from pelengine.storage import write_table
 
     start = None if overwrite else next_seq(spark, events_path)
@@ -149,7 +149,7 @@ def ingest_rdb(
     events_path: str,
     *,
     overwrite: bool = False,
-    progress: Callable[[str], None] = _quiet,
+    progress: Callable[[str], None] = quiet,
 ) -> dict[str, Any]:
     """Write the state an RDB snapshot holds to the events table as ``PELENGINE.LOAD``
     rows (:mod:`pelengine.ingest.snapshot`): the starting state of a replay, followed
@@ -158,7 +158,7 @@ def ingest_rdb(
     or truncated file raises :class:`pelengine.ingest.rdb.RdbFormatError`."""
     from pelengine.ingest.rdb import read_rdb
     from pelengine.ingest.snapshot import load_rows, snapshot_time_ms
-    from pelengine.spark.schemas import EVENTS_SCHEMA
+    from pelengine.schemas import EVENTS_SCHEMA
     from pelengine.storage import write_table
 
     progress(f"reading {rdb_path}")

@@ -4,7 +4,7 @@ Job code reads with ``spark.read.format("delta").load(path)`` and writes with
 ``df.write.format("delta").mode(m).option(...).save(path)`` (or the helpers below). With
 native Delta Lake on the classpath (Databricks, ``--packages io.delta:...``) those calls go
 to it unchanged; otherwise :func:`install_storage` registers an embedded Python data source
-named ``delta`` backed by delta-rs (:mod:`pelengine.spark.delta_source`).
+named ``delta`` backed by delta-rs (:mod:`pelengine.storage.embedded`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ _SAVE_MODES = {
 
 
 # --------------------------------------------------------------------------- the guard
+
+
+def on_databricks() -> bool:
+    """Whether this process runs on Databricks (a job task, classic or serverless)."""
+    return bool(os.environ.get("DATABRICKS_RUNTIME_VERSION"))
 
 
 def is_remote_session(spark: SparkSession) -> bool:
@@ -115,14 +120,13 @@ def install_storage(spark: SparkSession) -> str:
     current = _installed_mode(spark)
     if current is not None:
         return current
-    from pelengine.session import on_databricks
 
     if on_databricks():
         spark.conf.set(MODE_CONF, NATIVE)
         return NATIVE
 
     def register() -> None:
-        from pelengine.spark.delta_source import DeltaDataSource
+        from pelengine.storage.embedded import DeltaDataSource
 
         spark.dataSource.register(DeltaDataSource)
 
@@ -386,7 +390,7 @@ def _embedded_preflight_skips(
 ) -> bool:
     """Run the embedded writer's driver checks before any task: raises the plain error
     (schema mismatch, unsupported table) and says whether the txn rule skips the write."""
-    from pelengine.spark.delta_source import DeltaWriter, normalize_table_uri
+    from pelengine.storage.embedded import DeltaWriter, normalize_table_uri
 
     return DeltaWriter(normalize_table_uri(path), df.schema, overwrite, options).skip
 
@@ -416,7 +420,7 @@ def table_versions(spark: SparkSession, path: str, limit: int | None = None) -> 
     ``limit``); empty when there is no table. Versions whose files were vacuumed may be
     listed yet no longer readable."""
     if storage_mode(spark) == EMBEDDED:
-        from pelengine.spark.delta_source import normalize_table_uri, open_table
+        from pelengine.storage.embedded import normalize_table_uri, open_table
 
         table = open_table(normalize_table_uri(path))
         if table is None:
@@ -446,7 +450,7 @@ def table_version(spark: SparkSession, path: TableRef) -> int | None:
         rows = spark.sql(f"DESCRIBE HISTORY {path.name} LIMIT 1").collect()
         return int(rows[0]["version"]) if rows else None
     if storage_mode(spark) == EMBEDDED:
-        from pelengine.spark.delta_source import normalize_table_uri, open_table
+        from pelengine.storage.embedded import normalize_table_uri, open_table
 
         table = open_table(normalize_table_uri(path))
         return table.version() if table is not None else None
@@ -466,7 +470,7 @@ def table_row_count(spark: SparkSession, path: TableRef) -> int:
     if isinstance(path, str) and storage_mode(spark) == EMBEDDED:
         import pyarrow as pa
 
-        from pelengine.spark.delta_source import normalize_table_uri, open_table
+        from pelengine.storage.embedded import normalize_table_uri, open_table
 
         table = open_table(normalize_table_uri(path))
         if table is not None:

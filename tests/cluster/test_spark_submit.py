@@ -34,9 +34,10 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from pelengine import storage
-from pelengine.pipeline import ReconstructOptions, reconstruct
-from pelengine.spark.generate_io import write_generated_events
-from pelengine.spark.schemas import OUTPUT_TABLES
+from pelengine.pipeline.reconstruct import reconstruct
+from pelengine.runs.generate import write_generated_events
+from pelengine.schemas import OUTPUT_TABLES
+from pelengine.settings import Settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -353,7 +354,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
         )
         try:
             # the local-mode reference, while the cluster works
-            local = reconstruct(spark, storage.read_table(spark, events), ReconstructOptions())
+            local = reconstruct(spark, storage.read_table(spark, events), Settings())
             expected = {name: df.toArrow() for name, df in local.tables.items()}
             expected["rejected_events"] = local.rejected.toArrow()
             local.unpersist()

@@ -290,8 +290,9 @@ def job_cases(kind: ServerKind) -> list[tuple[int]]:
 def test_preamble_aof_through_ingest_and_job(
     server_kind: ServerKind, seed: int, spark: Any, tmp_path
 ) -> None:
-    from pelengine.pipeline import ReconstructOptions, reconstruct
-    from pelengine.spark.ingest_io import ingest_aof
+    from pelengine.pipeline.reconstruct import reconstruct
+    from pelengine.runs.ingest_aof import ingest_aof
+    from pelengine.settings import Settings
     from pelengine.storage import read_table
     from tests.redis_diff.test_differential_job import collect_tables
 
@@ -307,7 +308,7 @@ def test_preamble_aof_through_ingest_and_job(
     df = read_table(spark, events)
     rows = [r.asDict() for r in df.orderBy("seq").collect()]
     n_load = check_load_rows(rows)
-    result = reconstruct(spark, df, ReconstructOptions(profile=case.server.profile))
+    result = reconstruct(spark, df, Settings(profile=case.server.profile))
     [start] = result.report["starting_state"]
     assert start["source"] == "aof" and start["rows"] == n_load
     assert (start["first_seq"], start["last_seq"]) == (1, n_load)

@@ -4,7 +4,7 @@ Every seed runs on its own db of one server (``--databases 32``; each kind: Redi
 Valkey 8.1, Valkey 9.1), one
 after the other, so the recorded rows of all seeds form ONE events table with
 ``seq`` in execution order (no ``FLUSHALL``; a seed's ``FLUSHDB`` only touches its
-db). The job replays it once with ``ReconstructOptions(profile=server.profile)``;
+db). The job replays it once with ``Settings(profile=server.profile)``;
 every table is collected and compared with the server's state read at the end.
 
 Knobs: ``PELENGINE_JOB_SEEDS`` (a count, every server), ``PELENGINE_DIFF_COMMANDS``.
@@ -72,7 +72,8 @@ def job_seeds(kind: ServerKind) -> int:
 
 @on_job_kinds
 def test_job_matches_server(fresh_redis_server: RedisServer, spark: Any, tmp_path) -> None:
-    from pelengine.pipeline import ReconstructOptions, reconstruct
+    from pelengine.pipeline.reconstruct import reconstruct
+    from pelengine.settings import Settings
 
     server = fresh_redis_server
     n_seeds = job_seeds(server.kind)
@@ -92,7 +93,7 @@ def test_job_matches_server(fresh_redis_server: RedisServer, spark: Any, tmp_pat
 
     events = spark.createDataFrame([r.row() for r in records], events_schema())
     t1 = time.perf_counter()
-    result = reconstruct(spark, events, ReconstructOptions(profile=server.profile))
+    result = reconstruct(spark, events, Settings(profile=server.profile))
     got = collect_tables(result)
     t_job = time.perf_counter() - t1
 

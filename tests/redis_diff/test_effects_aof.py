@@ -126,8 +126,9 @@ def test_aof_through_ingest_and_job_matches_loading_server(
 ) -> None:
     """Several seeds in several dbs of one AOF server: ``ingest_aof`` writes the events
     table, ``reconstruct`` replays it, every table equals the loading server's."""
-    from pelengine.pipeline import ReconstructOptions, reconstruct
-    from pelengine.spark.ingest_io import ingest_aof
+    from pelengine.pipeline.reconstruct import reconstruct
+    from pelengine.runs.ingest_aof import ingest_aof
+    from pelengine.settings import Settings
     from pelengine.storage import read_table
     from tests.redis_diff.capture import SeqCounter
     from tests.redis_diff.test_differential_job import collect_tables
@@ -144,9 +145,7 @@ def test_aof_through_ingest_and_job_matches_loading_server(
     finally:
         stop_server(server)
     assert report["appended"] > 0 and not report["notes"]
-    result = reconstruct(
-        spark, read_table(spark, events), ReconstructOptions(profile=server.profile)
-    )
+    result = reconstruct(spark, read_table(spark, events), Settings(profile=server.profile))
     got = collect_tables(result)
     problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
     print(

@@ -47,7 +47,8 @@ def test_capture_through_cli_and_job_matches_redis(
     aof_redis: RedisServer, spark: Any, tmp_path: Path
 ) -> None:
     from pelengine.cli import run
-    from pelengine.pipeline import ReconstructOptions, reconstruct
+    from pelengine.pipeline.reconstruct import reconstruct
+    from pelengine.settings import Settings
     from pelengine.storage import read_table
 
     server = aof_redis
@@ -70,7 +71,7 @@ def test_capture_through_cli_and_job_matches_redis(
     assert run(argv, spark=spark) == 0
     df = read_table(spark, events)
     assert df.count() == len(aligned.records)
-    result = reconstruct(spark, df, ReconstructOptions(profile=server.profile))
+    result = reconstruct(spark, df, Settings(profile=server.profile))
     got = {name: [r.asDict() for r in t.collect()] for name, t in result.tables.items()}
     got = {name: [r for r in rows if r.get("db") in dbs] for name, rows in got.items()}
 

@@ -117,7 +117,7 @@ def _check_range(
     problems: list[str],
 ) -> list[int]:
     """Compare one range form; returns the server's idle times."""
-    from pelengine.pending import xpending_range
+    from pelengine.read.pending import xpending_range
 
     argv = [key, group]
     argv += ["IDLE", str(min_idle)] if min_idle else []
@@ -163,8 +163,8 @@ def test_pending_matches_redis_xpending(
     fresh_redis_server: RedisServer, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from pelengine import cli, storage
-    from pelengine.pending import SnapshotTables, format_reply, read_snapshot, xpending_summary
-    from pelengine.spark.schemas import EVENTS_SCHEMA
+    from pelengine.read.pending import SnapshotTables, format_reply, read_snapshot, xpending_summary
+    from pelengine.schemas import EVENTS_SCHEMA
 
     server = fresh_redis_server
     t_start = time.perf_counter()
@@ -258,7 +258,7 @@ def test_pending_matches_redis_xpending(
     + [("(18446744073709551615-18446744073709551615", "+"), ("-", "(0-0")],
 )
 def test_bad_bounds_answer_as_redis(redis_server: RedisServer, start: str, end: str) -> None:
-    from pelengine.pending import PendingArgumentError, ReplyError, format_reply, range_bounds
+    from pelengine.read.pending import PendingArgumentError, ReplyError, format_reply, range_bounds
 
     theirs = _redis_cli(redis_server, 0, "XPENDING", "nokey", "g", start, end, "10")
     with pytest.raises(PendingArgumentError) as err:

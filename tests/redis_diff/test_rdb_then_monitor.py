@@ -101,7 +101,8 @@ def test_rdb_then_monitor_through_cli_and_job(
     server_kind: ServerKind, spark: Any, tmp_path: Path
 ) -> None:
     from pelengine.cli import run
-    from pelengine.pipeline import ReconstructOptions, reconstruct
+    from pelengine.pipeline.reconstruct import reconstruct
+    from pelengine.settings import Settings
     from pelengine.storage import read_table
     from tests.redis_diff.test_differential_job import collect_tables
 
@@ -141,7 +142,7 @@ def test_rdb_then_monitor_through_cli_and_job(
     print(verdict.summary())
     assert verdict.ok, verdict.report()
 
-    result = reconstruct(spark, df, ReconstructOptions(profile=profile))
+    result = reconstruct(spark, df, Settings(profile=profile))
     [start] = result.report["starting_state"]
     assert start["source"] == "rdb" and start["rows"] == n_load
     assert (start["first_seq"], start["last_seq"]) == (1, n_load)

@@ -1027,7 +1027,8 @@ def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -
     previous scenario's, so they cannot interfere; the scenario with FLUSHALL runs
     first (it can only flush itself). Compared with the server's final state of each.
     """
-    from pelengine.pipeline import ReconstructOptions, reconstruct
+    from pelengine.pipeline.reconstruct import reconstruct
+    from pelengine.settings import Settings
     from tests.redis_diff.compare import compare_tables, format_mismatches
     from tests.redis_diff.harness import check_job_changes, pending_delivery_counts
     from tests.redis_diff.test_differential_job import collect_tables, events_schema
@@ -1056,9 +1057,7 @@ def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -
         for table, trows in run.truth.items():
             truth[table] += [{**t, "db": 100 * i + t["db"]} for t in trows]
     events = spark.createDataFrame(rows, events_schema())
-    got = collect_tables(
-        reconstruct(spark, events, ReconstructOptions(profile=redis_server.profile))
-    )
+    got = collect_tables(reconstruct(spark, events, Settings(profile=redis_server.profile)))
     problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
     change_problems = check_job_changes(records, got.get("ownership_changes", []))
     print(

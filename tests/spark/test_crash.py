@@ -26,8 +26,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pelengine.generate import generate_events
-from pelengine.pipeline import ReconstructOptions, run_reconstruct
-from pelengine.spark.schemas import EVENTS_SCHEMA
+from pelengine.runs.full import run_reconstruct
+from pelengine.schemas import EVENTS_SCHEMA
+from pelengine.settings import Settings
 from pelengine.storage import write_table
 from tests.spark.test_incremental import TABLES, _with_blocking, assert_tables_equal
 
@@ -45,12 +46,10 @@ def nights(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dic
     cut = len(rows) * 2 // 3
     events, night1, reference = root / "events", root / "night1", root / "reference"
     write_table(spark.createDataFrame(rows[:cut], EVENTS_SCHEMA), str(events), "overwrite")
-    run_reconstruct(spark, str(events), str(night1), ReconstructOptions(incremental=True))
+    run_reconstruct(spark, str(events), str(night1), Settings(incremental=True))
     write_table(spark.createDataFrame(rows[cut:], EVENTS_SCHEMA), str(events), "append")
     shutil.copytree(night1, reference)
-    report = run_reconstruct(
-        spark, str(events), str(reference), ReconstructOptions(incremental=True)
-    )
+    report = run_reconstruct(spark, str(events), str(reference), Settings(incremental=True))
     assert report["incremental"]["mode"] == "incremental"
     return {"events": events, "night1": night1, "reference": reference, "root": root}
 
@@ -94,7 +93,7 @@ def test_killed_nights_complete_on_rerun(spark: SparkSession, nights: dict[str, 
         print(f"killed at '{marker}': every table readable, rows {rows}")
 
     report: dict[str, Any] = run_reconstruct(
-        spark, str(nights["events"]), str(out), ReconstructOptions(incremental=True)
+        spark, str(nights["events"]), str(out), Settings(incremental=True)
     )
     print(f"re-run: mode {report['incremental']['mode']}")
     assert report["incremental"]["mode"] in ("incremental", "up-to-date")

@@ -17,9 +17,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pelengine import cli, storage
 from pelengine.generate import generate_events
-from pelengine.history import pel_as_of
-from pelengine.pipeline import ReconstructOptions, reconstruct, run_reconstruct
-from pelengine.spark.schemas import EVENTS_SCHEMA, TABLE_COLUMNS
+from pelengine.pipeline.reconstruct import reconstruct
+from pelengine.read.history import pel_as_of
+from pelengine.runs.full import run_reconstruct
+from pelengine.schemas import EVENTS_SCHEMA, TABLE_COLUMNS
+from pelengine.settings import Settings
 
 pytestmark = pytest.mark.spark
 
@@ -52,7 +54,7 @@ def out(spark: SparkSession, events: DataFrame, tmp_path_factory: pytest.TempPat
     events_path = str(root / "events")
     storage.write_table(events, events_path)
     out = str(root / "out")
-    run_reconstruct(spark, events_path, out, ReconstructOptions())
+    run_reconstruct(spark, events_path, out, Settings())
     return out
 
 
@@ -92,7 +94,7 @@ def test_pel_as_of_seq_equals_the_replay_up_to_that_seq(
     fraction: float,
 ) -> None:
     n = _handover(history, fraction, "seq")
-    cut = reconstruct(spark, events, ReconstructOptions(as_of_seq=n))
+    cut = reconstruct(spark, events, Settings(as_of_seq=n))
     try:
         expected = cut.tables["pel"]
         assert expected.count() > 0, "the cut leaves the PEL empty: the test is too weak"
@@ -114,7 +116,7 @@ def test_pel_as_of_ms_equals_the_replay_up_to_that_time(
     fraction: float,
 ) -> None:
     m = _handover(history, fraction, "ms")
-    cut = reconstruct(spark, events, ReconstructOptions(as_of_ms=m))
+    cut = reconstruct(spark, events, Settings(as_of_ms=m))
     try:
         expected = cut.tables["pel"]
         assert expected.count() > 0, "the cut leaves the PEL empty: the test is too weak"

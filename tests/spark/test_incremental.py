@@ -21,12 +21,13 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
+from pelengine.engine.udf import StateFormatError, load_state
 from pelengine.generate import generate_events
-from pelengine.incremental import StateMismatchError
 from pelengine.model import Replayer
-from pelengine.pipeline import ReconstructOptions, run_reconstruct
-from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, STATE_TABLE_SCHEMA
-from pelengine.spark.udf import StateFormatError, load_state
+from pelengine.runs.full import run_reconstruct
+from pelengine.runs.incremental import StateMismatchError
+from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, STATE_TABLE_SCHEMA
+from pelengine.settings import Settings
 from pelengine.storage import read_table, table_version, write_table
 
 pytestmark = pytest.mark.spark
@@ -108,7 +109,7 @@ def test_nightly_batches_equal_one_full_run(spark: SparkSession, tmp_path: Path,
     rows = _with_blocking(list(generate_events(1500, 6, seed=seed)), seed)
     cuts = _split(rows, seed)
     events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
-    options = ReconstructOptions(incremental=True)
+    options = Settings(incremental=True)
     modes, replayed = [], []
     start = 0
     for cut in cuts:
@@ -130,7 +131,7 @@ def test_nightly_batches_equal_one_full_run(spark: SparkSession, tmp_path: Path,
     assert again["incremental"]["mode"] == "up-to-date"
     assert _versions(spark, inc) == before, "re-running a night moved a Delta version"
 
-    run_reconstruct(spark, str(events), str(full), ReconstructOptions())
+    run_reconstruct(spark, str(events), str(full), Settings())
     assert_tables_equal(spark, inc, full)
 
 
@@ -145,20 +146,20 @@ def test_late_rows_recompute_their_family_and_are_reported(
     first = [r for r in rows if r["seq"] != hole]
     events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
     write_table(spark.createDataFrame(first, EVENTS_SCHEMA), str(events), "overwrite")
-    run_reconstruct(spark, str(events), str(inc), ReconstructOptions(incremental=True))
+    run_reconstruct(spark, str(events), str(inc), Settings(incremental=True))
     write_table(spark.createDataFrame(late, EVENTS_SCHEMA), str(events), "append")
-    report = run_reconstruct(spark, str(events), str(inc), ReconstructOptions(incremental=True))
+    report = run_reconstruct(spark, str(events), str(inc), Settings(incremental=True))
     assert report["incremental"]["mode"] == "full (history changed)"
     changed = report["incremental"]["families_with_changed_history"]
     print(f"late row {late[0]['argv']} -> changed families {changed}")
     assert changed, "the report must name the family the late row reached"
-    run_reconstruct(spark, str(events), str(full), ReconstructOptions())
+    run_reconstruct(spark, str(events), str(full), Settings())
     assert_tables_equal(spark, inc, full)
     assert table_version(spark, str(events)) == 1
 
 
 def test_family_map_keeps_saved_names_and_merges_tied_families(spark: SparkSession) -> None:
-    from pelengine.pipeline import family_map
+    from pelengine.pipeline.route import family_map
 
     rows = [
         (1, 1, ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "c", "b", ">", ">"], 0, None, None),
@@ -226,7 +227,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
             batch.append({"seq": seq, "ts_ms": 1000 + seq, "argv": argv, "db": 0, "source": "t"})
         rows.append(batch)
     events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
-    options = ReconstructOptions(incremental=True)
+    options = Settings(incremental=True)
 
     def append(batch: list[dict[str, Any]]) -> None:
         mode = "overwrite" if table_version(spark, str(events)) is None else "append"
@@ -264,7 +265,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
         ("t", 15, "2-1"): ("pending", 1, ["d"], 1016, 1016),
         ("other", 7, "1-1"): ("pending", 1, ["z"], 1008, 1008),
     }
-    run_reconstruct(spark, str(events), str(full), ReconstructOptions())
+    run_reconstruct(spark, str(events), str(full), Settings())
     assert_tables_equal(spark, inc, full)
 
     # a state saved by the version before spilling (format 1) is refused, saying what to do

@@ -16,8 +16,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pelengine import cli, storage
-from pelengine.report import Thresholds, build_report
-from pelengine.spark.schemas import TABLE_COLUMNS, table_schema
+from pelengine.read.report import Thresholds, build_report
+from pelengine.schemas import TABLE_COLUMNS, table_schema
 
 pytestmark = pytest.mark.spark
 

@@ -18,18 +18,14 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from pelengine.engine.udf import SeqOrderError, make_replay_function
 from pelengine.generate import generate_events
 from pelengine.model import Replayer
-from pelengine.pipeline import (
-    ReconstructOptions,
-    ReplayPlanError,
-    check_replay_plan,
-    reconstruct,
-    replay_stage,
-    split_by_group,
-)
-from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, TABLE_COLUMNS, table_schema
-from pelengine.spark.udf import SeqOrderError, make_replay_function
+from pelengine.pipeline.reconstruct import reconstruct
+from pelengine.pipeline.replay import ReplayPlanError, check_replay_plan, replay_stage
+from pelengine.pipeline.route import split_by_group
+from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, TABLE_COLUMNS, table_schema
+from pelengine.settings import Settings
 
 pytestmark = pytest.mark.spark
 
@@ -110,7 +106,7 @@ def workload() -> list[dict[str, Any]]:
 @pytest.fixture(scope="module")
 def job(spark: SparkSession, workload: list[dict[str, Any]]) -> Any:
     events = spark.createDataFrame(workload, EVENTS_SCHEMA)
-    result = reconstruct(spark, events, ReconstructOptions(profile="7.0"))
+    result = reconstruct(spark, events, Settings(profile="7.0"))
     yield result
     result.unpersist()
 
@@ -205,14 +201,14 @@ def test_as_of_stops_the_replay(spark: SparkSession) -> None:
         {"seq": 5, "ts_ms": 125, "argv": ["XADD", "k", "2-1", "f", "v"], "db": 0},
     ]
     events = spark.createDataFrame(rows, EVENTS_SCHEMA)
-    by_ms = reconstruct(spark, events, ReconstructOptions(as_of_ms=125))
+    by_ms = reconstruct(spark, events, Settings(as_of_ms=125))
     pel = by_ms.tables["pel"].collect()
     assert [(p["id"], p["idle_ms"], p["as_of_ms"], p["as_of_seq"]) for p in pel] == [
         ("1-1", 5, 125, 3)
     ]
     # seq 5 (ts 125) comes after seq 4 (ts 130 > as-of): the replay stopped at seq 4.
     assert by_ms.tables["streams"].collect()[0]["length"] == 1
-    by_seq = reconstruct(spark, events, ReconstructOptions(as_of_seq=4))
+    by_seq = reconstruct(spark, events, Settings(as_of_seq=4))
     assert by_seq.tables["pel"].count() == 0
     assert by_seq.tables["streams"].collect()[0]["as_of_seq"] == 4
     by_ms.unpersist()
@@ -333,7 +329,7 @@ def test_7_4_commands_in_one_transaction_share_one_now(spark: SparkSession) -> N
     ]
     events = spark.createDataFrame(rows, EVENTS_SCHEMA)
     for profile, delivered in (("7.4", 110), ("7.0", 112)):
-        result = reconstruct(spark, events, ReconstructOptions(profile=profile))
+        result = reconstruct(spark, events, Settings(profile=profile))
         pel = sorted((p["id"], p["delivery_time_ms"]) for p in result.tables["pel"].collect())
         # client b's XADD at 113 is outside a's transaction: its ID follows its own time
         assert pel == [("110-0", delivered), ("113-0", delivered)], profile
@@ -394,7 +390,7 @@ def test_a_scripts_commands_share_the_script_rows_time_on_7_4(spark: SparkSessio
     for profile, pel in expected.items():
         # hand-traced; nothing delivered on 'e': the script's BLOCK read did not wait
         assert _replay_tables(rows, profile)["pel"] == pel, profile
-        result = reconstruct(spark, events, ReconstructOptions(profile=profile))
+        result = reconstruct(spark, events, Settings(profile=profile))
         got = sorted(
             (p["key"], p["id"], p["consumer"], p["delivery_time_ms"])
             for p in result.tables["pel"].collect()
@@ -416,7 +412,7 @@ def test_a_read_inside_multi_never_blocks_in_the_job(spark: SparkSession) -> Non
     events = spark.createDataFrame(rows, EVENTS_SCHEMA)
     for profile in ("7.0",):  # the rule is the same on every profile
         assert _replay_tables(rows, profile)["pel"] == [], profile
-        result = reconstruct(spark, events, ReconstructOptions(profile=profile))
+        result = reconstruct(spark, events, Settings(profile=profile))
         assert result.tables["pel"].count() == 0, profile
         result.unpersist()
 
@@ -443,7 +439,7 @@ def test_readers_are_served_once_a_unit_ended(spark: SparkSession) -> None:
     expected = [("s", "5-1", "c"), ("s", "5-2", "c"), ("t", "6-1", "c"), ("t", "6-2", "c")]
     for profile in ("7.0", "valkey-8.1"):
         assert [p[:3] for p in _replay_tables(rows, profile)["pel"]] == expected, profile
-        result = reconstruct(spark, events, ReconstructOptions(profile=profile))
+        result = reconstruct(spark, events, Settings(profile=profile))
         got = sorted((p["key"], p["id"], p["consumer"]) for p in result.tables["pel"].collect())
         assert got == expected, profile
         served = sorted(
@@ -502,7 +498,7 @@ def test_node_limits_reach_the_replay(spark: SparkSession) -> None:
         return len(stream.entries)
 
     events = spark.createDataFrame(rows, EVENTS_SCHEMA)
-    options = ReconstructOptions(profile="7.0", node_max_entries=3)
+    options = Settings(profile="7.0", node_max_entries=3)
     result = reconstruct(spark, events, options)
     (got,) = [r["length"] for r in result.tables["streams"].collect()]
     result.unpersist()
@@ -558,7 +554,7 @@ def test_split_by_group_equals_one_replay(spark: SparkSession, partitions: int) 
     one replay of everything in seq order."""
     rows = _split_workload()
     events = spark.createDataFrame(rows, EVENTS_SCHEMA)
-    options = ReconstructOptions(profile="7.0", split_groups=2, partitions=partitions)
+    options = Settings(profile="7.0", split_groups=2, partitions=partitions)
     result = reconstruct(spark, events, options)
     split = result.report["split_by_group"]
     assert split["families_split"] >= 3, split

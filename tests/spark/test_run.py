@@ -11,8 +11,10 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from pelengine import storage
-from pelengine.pipeline import InputContractError, ReconstructOptions, run_reconstruct
-from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+from pelengine.pipeline.conform import InputContractError
+from pelengine.runs.full import run_reconstruct
+from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+from pelengine.settings import Settings
 
 pytestmark = pytest.mark.spark
 
@@ -39,7 +41,7 @@ def _versions(out: Path) -> dict[str, int]:
 
 def test_tables_are_delta_tables_delta_rs_reads(spark: SparkSession, events_path: str, tmp_path):
     out = tmp_path / "out"
-    report = run_reconstruct(spark, events_path, str(out), ReconstructOptions())
+    report = run_reconstruct(spark, events_path, str(out), Settings())
     pel = DeltaTable(str(out / "pel")).to_pyarrow_table().to_pylist()
     assert [(r["key"], r["group"], r["id"], r["consumer"], r["delivery_count"]) for r in pel] == [
         ("orders", "g", "2-0", "c", 1)
@@ -59,14 +61,12 @@ def test_rerun_with_same_txn_version_changes_nothing(
     spark: SparkSession, events_path: str, tmp_path
 ) -> None:
     out = tmp_path / "out"
-    options = ReconstructOptions(txn_app_id="nightly", txn_version=7)
+    options = Settings(txn_app_id="nightly", txn_version=7)
     run_reconstruct(spark, events_path, str(out), options)
     first = _versions(out)
     run_reconstruct(spark, events_path, str(out), options)
     assert _versions(out) == first
-    run_reconstruct(
-        spark, events_path, str(out), ReconstructOptions(txn_app_id="nightly", txn_version=8)
-    )
+    run_reconstruct(spark, events_path, str(out), Settings(txn_app_id="nightly", txn_version=8))
     assert all(v == first[name] + 1 for name, v in _versions(out).items())
 
 

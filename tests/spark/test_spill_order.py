@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 
-from pelengine.pipeline import ReconstructOptions, run_reconstruct
-from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+from pelengine.runs.full import run_reconstruct
+from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+from pelengine.settings import Settings
 from pelengine.storage import read_table, write_table
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +77,7 @@ def test_replay_keeps_seq_order_when_the_sort_spills(spark: Any, tmp_path: Path)
     events = str(tmp_path / "events")
     write_table(spark.createDataFrame(_one_stream(300), EVENTS_SCHEMA), events)
     in_memory = str(tmp_path / "in_memory")
-    run_reconstruct(spark, events, in_memory, ReconstructOptions(split_groups=0))
+    run_reconstruct(spark, events, in_memory, Settings(split_groups=0))
 
     conf = tmp_path / "spill.yaml"
     conf.write_text(SPILL_CONF)

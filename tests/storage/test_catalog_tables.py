@@ -18,7 +18,7 @@ import pytest
 
 from pelengine import cli, storage
 from pelengine.config import ConfigError, load_config
-from pelengine.pipeline import write_outputs
+from pelengine.runs.output import write_outputs
 
 # ---- names -------------------------------------------------------------------------------
 

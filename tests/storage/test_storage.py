@@ -27,7 +27,7 @@ from pyspark.sql.types import (
 )
 
 from pelengine import storage
-from pelengine.spark.delta_source import DeltaDataSource, DeltaStorageError, schema_differences
+from pelengine.storage.embedded import DeltaDataSource, DeltaStorageError, schema_differences
 from tests.storage.delta_fixtures import write_dv_column_mapping_table
 
 pytestmark = pytest.mark.spark

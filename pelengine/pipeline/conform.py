@@ -1,0 +1,120 @@
+"""Stage 1: conform and validate the events, once.
+
+The events DataFrame is cast to the input contract (docs/input.md), rows that are not
+commands leave with a ``reason`` (``rejected_events``), rows without ``db`` take the db
+of the latest ``SELECT`` before them, and ``--as-of-*`` cuts the log at a point in time.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from pelengine.schemas import (
+    EVENTS_SCHEMA,
+    OPTIONAL_EVENT_COLUMNS,
+    REQUIRED_EVENT_COLUMNS,
+)
+
+
+class InputContractError(ValueError):
+    """The events table does not follow the input contract (events.md)."""
+
+
+def conform_events(events: DataFrame) -> DataFrame:
+    """Check the required columns and cast to the contract's types; add missing optional ones."""
+    names = set(events.columns)
+    missing = [c for c in REQUIRED_EVENT_COLUMNS if c not in names]
+    if missing:
+        raise InputContractError(
+            f"events table lacks required column(s) {', '.join(missing)}; "
+            f"it has {', '.join(sorted(names)) or 'no columns'} (see spec/events.md)"
+        )
+    out = events
+    for f in EVENTS_SCHEMA.fields:
+        if f.name in names:
+            out = out.withColumn(f.name, F.col(f.name).cast(f.dataType))
+        elif f.name in OPTIONAL_EVENT_COLUMNS:
+            out = out.withColumn(f.name, F.lit(None).cast(f.dataType))
+    return out
+
+
+def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(valid, rejected): rows that are not commands get a ``reason`` and leave the replay.
+
+    A ``seq`` shared by identical rows keeps one of them (the others are
+    ``duplicate row``); a ``seq`` shared by different rows rejects them all,
+    since which one the server ran cannot be known.
+    """
+    signature = F.sha2(
+        F.to_json(F.struct(F.col("ts_ms"), F.col("argv"), F.col("db"), F.col("client"))), 256
+    )
+    by_seq = Window.partitionBy("seq")
+    ranked = (
+        events.withColumn("_sig", signature)
+        .withColumn("_n", F.count(F.lit(1)).over(by_seq))
+        .withColumn("_variants", F.size(F.collect_set("_sig").over(by_seq)))
+        .withColumn("_rank", F.row_number().over(by_seq.orderBy("_sig")))
+    )
+    reason = (
+        F.when(F.col("seq").isNull(), F.lit("null seq"))
+        .when(F.col("ts_ms").isNull(), F.lit("null ts_ms"))
+        .when(F.col("argv").isNull(), F.lit("null argv"))
+        .when(F.size("argv") == 0, F.lit("empty argv"))
+        .when(F.col("argv")[0].isNull() | (F.col("argv")[0] == ""), F.lit("no command name"))
+        .when(F.exists("argv", lambda a: a.isNull()), F.lit("null argument in argv"))
+        .when(
+            (F.col("_n") > 1) & (F.col("_variants") > 1),
+            F.concat(F.lit("conflicting rows share seq ("), F.col("_n").cast("string"), F.lit(")")),
+        )
+        .when((F.col("_n") > 1) & (F.col("_rank") > 1), F.lit("duplicate row (same seq)"))
+    )
+    tagged = ranked.withColumn("reason", reason).drop("_sig", "_n", "_variants", "_rank")
+    return tagged.filter(F.col("reason").isNull()).drop("reason"), tagged.filter(
+        F.col("reason").isNotNull()
+    )
+
+
+def resolve_db(spark: SparkSession, valid: DataFrame, initial_db: int = 0) -> DataFrame:
+    """Give rows without ``db`` the db of the latest SELECT before them (an AOF's way), else
+    ``initial_db`` (0, or where the previous incremental run's last SELECT left it)."""
+    is_select = F.upper(F.col("argv")[0]) == "SELECT"
+    needs = valid.filter(is_select & F.col("db").isNull()).limit(1).count() > 0
+    if not needs:
+        return valid.withColumn("db", F.coalesce(F.col("db"), F.lit(initial_db)))
+    selected = F.when(is_select & F.col("db").isNull(), F.col("argv")[1].cast("int"))
+    window = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    return (
+        valid.withColumn("_sel", F.last(selected, ignorenulls=True).over(window))
+        .withColumn("db", F.coalesce(F.col("db"), F.col("_sel"), F.lit(initial_db)))
+        .drop("_sel")
+    )
+
+
+def last_select_db(valid: DataFrame, initial_db: int = 0) -> int:
+    """The db a row without ``db`` after these rows would get (for the next run)."""
+    is_select = (F.upper(F.col("argv")[0]) == "SELECT") & F.col("db").isNull()
+    row = (
+        valid.filter(is_select & (F.size("argv") > 1))
+        .orderBy(F.desc("seq"))
+        .select(F.col("argv")[1].cast("int").alias("db"))
+        .first()
+    )
+    return initial_db if row is None or row["db"] is None else int(row["db"])
+
+
+def cut_as_of(
+    valid: DataFrame, as_of_ms: int | None, as_of_seq: int | None
+) -> tuple[DataFrame, int | None]:
+    """Keep the events up to the point asked; returns them and the first seq left out."""
+    out = valid
+    if as_of_seq is not None:
+        out = out.filter(F.col("seq") <= as_of_seq)
+    stop_seq: int | None = None
+    if as_of_ms is not None:
+        first_late = out.filter(F.col("ts_ms") > as_of_ms).agg(F.min("seq")).first()
+        stop_seq = first_late[0] if first_late is not None else None
+        if stop_seq is not None:
+            out = out.filter(F.col("seq") < stop_seq)
+    return out, stop_seq

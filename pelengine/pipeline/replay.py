@@ -1,0 +1,119 @@
+"""Stage 4: replay. The one shuffle by family, the sort by ``seq`` within partitions and
+the iterator-form grouped Arrow UDF of the engine (pelengine.engine) streaming each
+family's events through the model.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    LongType,
+    StringType,
+)
+
+from pelengine.engine.udf import make_replay_function
+from pelengine.pipeline.route import _whole_family_unit
+from pelengine.pipeline.units import EXEC_UNIT
+from pelengine.schemas import (
+    REPLAY_OUTPUT_SCHEMA,
+)
+
+
+def replay_stage(
+    routed_rows: DataFrame,
+    profile: str,
+    as_of_ms: int,
+    as_of_seq: int,
+    partitions: int,
+    node_max_entries: int = 100,
+    node_max_bytes: int = 4096,
+    *,
+    keep_state: bool = False,
+    mark_seq: int | None = None,
+    unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
+) -> DataFrame:
+    """The one shuffle and sort: (family, unit)s hashed to partitions, events sorted by
+    seq, then the grouped iterator UDF (same grouping columns, so Spark adds no exchange).
+    ``unit_groups``: the groups of each unit of the families split by group.
+
+    With ``keep_state`` the rows may include one ``state`` row per family (its saved
+    model, at the family's last applied seq, so it sorts first) and the replay emits
+    each family's model at the end.
+
+    ``unit`` is a grouping key only when some family is split: otherwise it is the
+    literal null, the optimizer drops a constant from the sort, and the grouped UDF
+    then asks for a second sort by (db, family, unit) alone. That sort keeps the seq
+    order only while it fits in memory; once it spills, its merge interleaves the
+    spill runs of the one key in any order (seen: one stream of 20M events, "seq 1
+    after 11184910"). ``check_replay_plan`` refuses such a plan before it runs."""
+    keys = ("db", "family", "unit") if unit_groups else ("db", "family")
+    replayed = (
+        routed_rows.repartition(partitions, *keys)
+        .sortWithinPartitions(*keys, "seq")
+        .groupBy(*keys)
+        .applyInArrow(
+            make_replay_function(
+                profile,
+                as_of_ms,
+                as_of_seq,
+                node_max_entries,
+                node_max_bytes,
+                keep_state=keep_state,
+                mark_seq=mark_seq,
+                unit_groups=unit_groups,
+            ),
+            REPLAY_OUTPUT_SCHEMA,
+        )
+    )
+    check_replay_plan(replayed)
+    return replayed
+
+
+class ReplayPlanError(RuntimeError):
+    """The physical plan of the replay would not deliver each family's events in seq order."""
+
+
+def check_replay_plan(replayed: DataFrame) -> None:
+    """Refuse a replay plan whose grouped UDF does not read straight from the one sort by
+    (keys..., seq) over the one exchange: any other sort between them (one by the keys
+    alone) is not stable once it spills, and the replay would fail hours later with
+    ``SeqOrderError`` (or, without that check, write wrong tables). Classic Spark only:
+    a Spark Connect DataFrame has no JVM plan here and is left to the UDF's own check."""
+    jdf = getattr(replayed, "_jdf", None)
+    if jdf is None:
+        return
+    plan = jdf.queryExecution().executedPlan().toString()
+    lines = plan.splitlines()
+    start = next((i for i, line in enumerate(lines) if "FlatMapGroupsInArrow" in line), None)
+    if start is None:
+        raise ReplayPlanError(f"no grouped replay UDF in the plan:\n{plan}")
+    end = next((i for i in range(start, len(lines)) if "Exchange" in lines[i]), len(lines))
+    sorts = [line.strip() for line in lines[start:end] if "Sort [" in line]
+    if len(sorts) != 1 or "seq" not in sorts[0]:
+        raise ReplayPlanError(
+            "the replay plan would not keep seq order (expected exactly one sort, by the "
+            f"grouping keys and seq, under the grouped UDF; found {sorts}):\n{plan}"
+        )
+
+
+def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
+    """``rows`` with a null ``state`` column, plus the saved state of every family they reach."""
+    rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
+    reached = rows.select("db", "family").distinct()
+    seeds = states.join(reached, ["db", "family"], "inner").select(
+        F.col("applied_seq").alias("seq"),
+        F.lit(0).cast("long").alias("ts_ms"),
+        F.lit(None).cast(ArrayType(StringType())).alias("argv"),
+        "db",
+        F.lit(None).cast("string").alias("client"),
+        F.lit(False).alias("fanout"),
+        "family",
+        F.lit(False).alias("marker"),
+        F.lit(None).cast(LongType()).alias(EXEC_UNIT),
+        *_whole_family_unit(),
+        F.col("state_blob").alias("state"),
+    )
+    return rows.unionByName(seeds)

@@ -1,0 +1,346 @@
+"""Stage 3: route. Every command gets the families of stream keys it touches (keys tied
+by RENAME or a multi-stream XREADGROUP share one family; FLUSHDB/FLUSHALL reach every
+family of their db / of all dbs), blocked readers get activity markers, and a family
+with many consumer groups may be dealt to several replay units.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from pelengine.engine.udf import links_batches, make_router
+from pelengine.pipeline.units import EXEC_UNIT
+
+
+def family_map(
+    spark: SparkSession,
+    valid: DataFrame,
+    prior: dict[tuple[int, str], str] | None = None,
+    saved: set[tuple[int, str]] | None = None,
+    renamed: dict[tuple[int, str], str] | None = None,
+) -> dict[tuple[int, str], str]:
+    """Keys tied together by RENAME or multi-stream XREADGROUP, mapped to one family name.
+
+    ``prior``: the families of a previous run (incremental), ``saved``: the (db, family)
+    that have saved state. Saved families keep their names; when these rows tie several
+    of them together, the merged family takes the smallest name and ``renamed`` gets
+    ``(db, old name) -> new name`` for the others (their saved models are merged).
+    """
+    name = F.upper(F.col("argv")[0])
+    candidates = valid.filter(name.isin("RENAME", "RENAMENX", "XREADGROUP")).select("db", "argv")
+    rows = (
+        candidates.mapInArrow(links_batches, "db int, links array<string>")
+        .select("db", F.array_sort("links").alias("links"))
+        .distinct()
+        .collect()
+    )
+    parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def find(node: tuple[int, str]) -> tuple[int, str]:
+        root = node
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while node != root:
+            parent[node], node = root, parent.get(node, node)
+        return root
+
+    links = [[(row["db"], k) for k in row["links"]] for row in rows]
+    if prior:
+        by_family: dict[tuple[int, str], list[tuple[int, str]]] = {}
+        for (db, key), fam in prior.items():
+            by_family.setdefault((db, fam), []).append((db, key))
+        links += [[(db, fam), *keys] for (db, fam), keys in by_family.items()]
+    for keys in links:
+        for other in keys[1:]:
+            a, b = find(keys[0]), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    names = {root: root[1] for root in {find(n) for n in parent}}
+    if prior or saved:
+        # a component keeps the name of the one saved family it contains
+        holders: dict[tuple[int, str], set[str]] = {}
+        for node in set(parent) | {find(n) for n in list(parent)}:  # roots are not in parent
+            holder: str | None = (prior or {}).get(node)
+            if holder is None and node in (saved or set()):
+                holder = node[1]
+            if holder is not None:
+                holders.setdefault(find(node), set()).add(holder)
+        for root, fams in holders.items():
+            chosen = min(fams)
+            names[root] = chosen
+            if renamed is not None:
+                renamed.update({(root[0], f): chosen for f in fams if f != chosen})
+    return {node: names[find(node)] for node in parent} | {
+        root: names[root] for root in {find(n) for n in parent}
+    }
+
+
+def route_events(
+    spark: SparkSession,
+    valid: DataFrame,
+    profile: str,
+    families: dict[tuple[int, str], str] | None = None,
+) -> DataFrame:
+    """Each event with its command name, scope, families and (when it reaches no
+    stream) the outcome it has on its own."""
+    if families is None:
+        families = family_map(spark, valid)
+    out_schema = StructType(
+        [
+            *valid.schema.fields,
+            StructField("command", StringType()),
+            StructField("scope", StringType()),
+            StructField("families", ArrayType(StringType())),
+            StructField("pre_kind", StringType()),
+            StructField("pre_error", StringType()),
+            StructField("group", StringType()),
+            StructField("group_only", BooleanType()),
+        ]
+    )
+    return valid.mapInArrow(make_router(profile, families), out_schema)
+
+
+def _blocks(routed: DataFrame) -> bool:
+    """Whether ``routed`` holds a blocking XREADGROUP."""
+    return bool(_blocking_reads(routed).limit(1).count())
+
+
+def _blocking_reads(routed: DataFrame) -> DataFrame:
+    blocks = F.exists("argv", lambda a: F.upper(a) == "BLOCK")
+    return routed.filter((F.col("command") == "XREADGROUP") & F.col("client").isNotNull() & blocks)
+
+
+def blocking_waits(routed: DataFrame) -> DataFrame:
+    """(client, m_db, m_family) of every blocking XREADGROUP in ``routed``."""
+    return (
+        _blocking_reads(routed)
+        .select("client", F.col("db").alias("m_db"), F.explode("families").alias("m_family"))
+        .distinct()
+    )
+
+
+def activity_markers(
+    routed: DataFrame, waits: list[tuple[str, int, str]] | None = None
+) -> DataFrame | None:
+    """Markers telling a family that a client blocked there sent a command elsewhere.
+
+    A blocked connection sends nothing: a client's next command ends its wait,
+    even when that command touches keys of another family. Every command of a
+    client that ever blocked in a family, and that does not reach that family
+    itself, sends it a ``marker`` row (same seq and time, no effect but that).
+    ``waits``: the (client, db, family) of blocking reads of earlier runs (incremental).
+    """
+    found = [(r["client"], r["m_db"], r["m_family"]) for r in blocking_waits(routed).collect()]
+    every = sorted(set(found) | set(waits or []))
+    if not every:
+        return None
+    spark = routed.sparkSession
+    waits_df = spark.createDataFrame(every, "client string, m_db int, m_family string")
+    same_db = F.col("db") == F.col("m_db")
+    reaches = (
+        ((F.col("scope") == "keys") & same_db & F.array_contains("families", F.col("m_family")))
+        | (F.col("scope") == "all")
+        | ((F.col("scope") == "db") & same_db)
+    )
+    return (
+        routed.join(F.broadcast(waits_df), "client")
+        .filter(~reaches)
+        .select(
+            "seq",
+            "ts_ms",
+            "argv",
+            F.col("m_db").alias("db"),
+            "client",
+            F.lit(False).alias("fanout"),
+            F.col("m_family").alias("family"),
+            F.lit(True).alias("marker"),
+            EXEC_UNIT,
+            F.lit(None).cast(StringType()).alias("group"),
+            F.lit(False).alias("group_only"),
+        )
+    )
+
+
+def fan_out(
+    routed: DataFrame,
+    waits: list[tuple[str, int, str]] | None = None,
+    known: DataFrame | None = None,
+) -> DataFrame:
+    """One row per (event, family) it must reach, flagged ``fanout`` when it reaches several,
+    plus the activity markers of clients that block. ``waits``/``known``: blocking reads
+    and families (db, family) of earlier runs (incremental)."""
+    rows = _fan_out_commands(routed, known).withColumn("marker", F.lit(False))
+    markers = activity_markers(routed, waits)
+    return rows if markers is None else rows.unionByName(markers)
+
+
+def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -> DataFrame:
+    keyed = routed.filter(F.col("scope") == "keys").withColumn("fanout", F.size("families") > 1)
+    per_family = keyed.select(
+        "seq",
+        "ts_ms",
+        "argv",
+        "db",
+        "client",
+        "fanout",
+        F.explode("families").alias("family"),
+        EXEC_UNIT,
+        "group",
+        "group_only",
+    )
+    flush = routed.filter(F.col("scope").isin("db", "all"))
+    if flush.limit(1).count() == 0:
+        return per_family
+    known = per_family.select("db", "family")
+    if extra_known is not None:
+        known = known.unionByName(extra_known.select("db", "family"))
+    known = known.distinct()
+    flush_rows = (
+        flush.alias("f")
+        .join(
+            known.alias("k"),
+            (F.col("f.scope") == "all") | (F.col("f.db") == F.col("k.db")),
+            "inner",
+        )
+        .select(
+            "f.seq",
+            "f.ts_ms",
+            "f.argv",
+            F.col("k.db").alias("db"),
+            "f.client",
+            F.lit(True).alias("fanout"),
+            "k.family",
+            F.col(f"f.{EXEC_UNIT}").alias(EXEC_UNIT),
+            F.lit(None).cast(StringType()).alias("group"),
+            F.lit(False).alias("group_only"),
+        )
+    )
+    return per_family.unionByName(flush_rows)
+
+
+def _whole_family_unit() -> list[Any]:
+    """The unit columns of a row replayed with its whole family (no split by group)."""
+    return [
+        F.lit(None).cast(StringType()).alias("unit"),
+        F.lit(True).alias("lead"),
+        F.lit(False).alias("silent"),
+    ]
+
+
+ROW_COLUMNS = ("seq", "ts_ms", "argv", "db", "client", "fanout", "family", "marker", EXEC_UNIT)
+
+
+def split_by_group(
+    routed: DataFrame, rows: DataFrame, min_groups: int, max_units: int
+) -> tuple[DataFrame, dict[str, int], dict[tuple[int, str, str], list[str]]]:
+    """Give every (event, family) row its replay *unit*, so that a family with at least
+    ``min_groups`` consumer groups is replayed as up to ``max_units`` tasks, each for
+    some of its groups, instead of one task for all of them (``min_groups`` 0: never).
+
+    A unit replays the commands that name one of its groups and stay inside that
+    group (``command_group``'s ``group_only``) and every other command of the family
+    (stream-level: XADD, XDEL, XTRIM, XSETID, XGROUP CREATE/DESTROY, DEL, RENAME,
+    FLUSH*, markers), so its model holds the same stream and the same state of each
+    of its groups as one replay of the whole family. The family's groups, by name,
+    are dealt round-robin to ``min(groups, max_units)`` units named "0", "1", ...;
+    unit "0" is the family's ``lead``: it reports the outcome of the stream-level
+    commands and the ``streams`` rows, the other units apply them ``silent``ly
+    (counted nowhere) and report only their own groups' rows.
+
+    A blocked reader ends its wait when its client sends anything: a command of that
+    client naming a group of another unit reaches the other units as a marker.
+
+    Returns the rows (plus ``unit``, ``lead``, ``silent``; rows of families not split
+    get ``unit`` null, ``lead`` true, ``silent`` false: one replay per family), what
+    was split (for the report) and the groups of every unit (for the replay).
+    """
+    stats = {"min_groups": min_groups, "max_units": max_units, "families_split": 0, "units": 0}
+    spark = rows.sparkSession
+    whole = rows.select(*ROW_COLUMNS, *_whole_family_unit())
+    if min_groups <= 0 or max_units < 2:
+        return whole, stats, {}
+    named = (
+        rows.filter(F.col("group").isNotNull() & ~F.col("marker"))
+        .select("db", "family", "group")
+        .distinct()
+        .groupBy("db", "family")
+        .agg(F.array_sort(F.collect_list("group")).alias("groups"))
+        .filter(F.size("groups") >= max(min_groups, 2))
+        .collect()
+    )
+    if not named:
+        return whole, stats, {}
+    unit_groups: dict[tuple[int, str, str], list[str]] = {}
+    placement = []
+    for r in named:
+        groups = list(r["groups"])
+        n_units = min(len(groups), max_units)
+        for i, group in enumerate(groups):
+            unit = str(i % n_units)
+            unit_groups.setdefault((r["db"], r["family"], unit), []).append(group)
+            placement.append((r["db"], r["family"], group, unit, [str(u) for u in range(n_units)]))
+    stats["families_split"] = len(named)
+    stats["units"] = len(unit_groups)
+    place = spark.createDataFrame(
+        placement, "db int, family string, group string, own_unit string, units array<string>"
+    )
+    families = place.select("db", "family", "units").distinct()
+    joined = rows.join(F.broadcast(families), ["db", "family"], "left").join(
+        F.broadcast(place.select("db", "family", "group", "own_unit")),
+        ["db", "family", "group"],
+        "left",
+    )
+    is_split = F.col("units").isNotNull()
+    own = is_split & F.col("group_only") & ~F.col("marker") & F.col("own_unit").isNotNull()
+    unit_list = (
+        F.when(~is_split, F.array(F.lit(None).cast(StringType())))
+        .when(own, F.array("own_unit"))
+        .otherwise(F.col("units"))
+    )
+    placed = joined.withColumn("unit", F.explode(unit_list))
+    lead = ~is_split | (F.col("unit") == F.lit("0"))
+    placed = placed.select(
+        *ROW_COLUMNS,
+        "unit",
+        lead.alias("lead"),
+        (is_split & ~own & ~lead).alias("silent"),
+    )
+    # clients that blocked in a split family: their group-only commands there end the
+    # wait in the other units too
+    blocks = blocking_waits(routed).withColumnRenamed("client", "b_client")
+    inner = (
+        joined.filter(own & F.col("client").isNotNull())
+        .join(
+            F.broadcast(blocks),
+            (F.col("client") == F.col("b_client"))
+            & (F.col("db") == F.col("m_db"))
+            & (F.col("family") == F.col("m_family")),
+            "left_semi",
+        )
+        .withColumn("unit", F.explode(F.filter("units", lambda u: u != F.col("own_unit"))))
+        .select(
+            "seq",
+            "ts_ms",
+            "argv",
+            "db",
+            "client",
+            F.lit(False).alias("fanout"),
+            "family",
+            F.lit(True).alias("marker"),
+            EXEC_UNIT,
+            "unit",
+            (F.col("unit") == F.lit("0")).alias("lead"),
+            F.lit(False).alias("silent"),
+        )
+    )
+    return placed.unionByName(inner), stats, unit_groups

@@ -1,0 +1,103 @@
+"""The output writer both runs share, and the run report as text."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from pelengine import storage
+from pelengine.progress import Progress, quiet
+
+
+def write_outputs(
+    spark: SparkSession,
+    tables: list[tuple[str, DataFrame]],
+    out_path: str | storage.Output,
+    *,
+    txn_app_id: str | None,
+    txn_version: int | None,
+    progress: Progress = quiet,
+) -> dict[str, int]:
+    """Write each (name, DataFrame) as ``out_path/name`` (overwrite, one commit each, with
+    the txn options), or by name for an :class:`storage.Output` of catalog tables; returns
+    each table's rows as written.
+
+    One after the other: the embedded ``delta`` source is registered with the session,
+    and a write from another Python thread does not find it."""
+    output = storage.as_output(out_path)
+    rows: dict[str, int] = {}
+    for i, (name, df) in enumerate(tables, start=1):
+        path = output.table(name)
+        progress(f"writing {name} ({i}/{len(tables)})")
+        started = time.monotonic()
+        storage.write_table(df, path, "overwrite", txn_app_id=txn_app_id, txn_version=txn_version)
+        rows[name] = storage.table_row_count(spark, path)
+        progress(f"wrote {name}: {rows[name]:,} rows in {time.monotonic() - started:.1f} s")
+    return rows
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The run report as a few readable lines."""
+    ev = report.get("events", {})
+    inp = report.get("input", {})
+    lines = [
+        f"profile {report.get('profile', '-')}"
+        + (f" ({report['profile_reason']})" if report.get("profile_reason") else "")
+        + f"  as of seq {report.get('as_of_seq')}"
+        f" / {report.get('as_of_ms')} ms  (events {inp.get('path', '?')}, Delta version "
+        f"{inp.get('delta_version', '?')})",
+    ]
+    for snap in report.get("starting_state") or []:
+        lines.append(
+            f"starting state: a snapshot ({snap['rows']:,} PELENGINE.LOAD rows from source "
+            f"{snap['source']}, seq {snap['first_seq']}..{snap['last_seq']}, taken at "
+            f"{snap['snapshot_ms']} ms)"
+        )
+    inc = report.get("incremental")
+    if inc:
+        line = f"incremental: {inc.get('mode')}"
+        if inc.get("families_total") is not None:
+            line += (
+                f", {inc.get('families_replayed')} of {inc.get('families_total')} families replayed"
+            )
+        if inc.get("families_with_changed_history"):
+            line += f", {len(inc['families_with_changed_history'])} with changed history"
+        lines.append(line)
+    split = report.get("split_by_group") or {}
+    if split.get("families_split"):
+        lines.append(
+            f"split by group: {split['families_split']} stream famil(ies) with "
+            f">= {split['min_groups']} groups replayed as {split['units']} tasks"
+        )
+    if report.get("written") is False:
+        lines.append("nothing written: the tables are already at this events version")
+    if ev:
+        lines.append(
+            f"events: read {ev.get('read', ev.get('valid'))}, applied {ev.get('applied')}, "
+            f"ignored {ev.get('ignored')}, failed {ev.get('failed')}, "
+            f"rejected {ev.get('rejected', 0)}"
+        )
+    if ev.get("failed_by_kind"):
+        lines.append(
+            "failed by error kind: "
+            + ", ".join(f"{k} {v}" for k, v in ev["failed_by_kind"].items())
+        )
+    if ev.get("rejected_by_reason"):
+        lines.append(
+            "rejected: "
+            + ", ".join(f"{k} {v}" for k, v in ev["rejected_by_reason"].items())
+            + " (rows in rejected_events)"
+        )
+    rows = report.get("output", {}).get("rows", {})
+    if rows:
+        lines.append("rows: " + ", ".join(f"{k} {v}" for k, v in rows.items()))
+    if report.get("notes"):
+        lines.append("notes: " + ", ".join(f"{k} {v}" for k, v in report["notes"].items()))
+    timings = report.get("timings_s", {})
+    lines.append(
+        f"took {report.get('duration_s', '?')} s"
+        + (" (" + ", ".join(f"{k} {v}" for k, v in timings.items()) + ")" if timings else "")
+    )
+    return "\n".join(lines)
