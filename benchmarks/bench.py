@@ -324,7 +324,9 @@ def git_info() -> dict[str, Any]:
 
 
 def _local_path(uri: str) -> str:
-    return uri[len("file://") :] if uri.startswith("file://") else uri
+    from pelengine.storage import local_path
+
+    return local_path(uri) or uri
 
 
 def seq_ordered_batches(
@@ -625,8 +627,8 @@ class Bench:
 
     def ensure_events(self, events: int, keys: int, seed: int) -> dict[str, Any]:
         from pelengine.generate import generate_events
-        from pelengine.spark.generate_io import rows_to_batches
-        from pelengine.spark.schemas import EVENTS_SCHEMA
+        from pelengine.runs.generate import rows_to_batches
+        from pelengine.schemas import EVENTS_SCHEMA
         from pelengine.storage import table_exists, table_row_count, write_table
 
         spark = self.spark
@@ -698,11 +700,12 @@ class Bench:
     # -- 3. job -----------------------------------------------------------------------
 
     def step_job(self, events_path: str, size_label: str) -> dict[str, Any]:
-        from pelengine.pipeline import ReconstructOptions, run_reconstruct
+        from pelengine.runs.full import run_reconstruct
+        from pelengine.settings import Settings
 
         out = Path(self.args.work_dir) / f"out-{size_label}-{os.getpid()}"
         shutil.rmtree(out, ignore_errors=True)
-        options = ReconstructOptions(
+        options = Settings(
             profile=self.conf.profile,
             node_max_entries=self.conf.node_max_entries,
             node_max_bytes=self.conf.node_max_bytes,

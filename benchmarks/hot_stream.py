@@ -268,7 +268,8 @@ class RssSampler:
 
 
 def run_one(spark: Any, n_events: int, work: str, args: argparse.Namespace) -> dict[str, Any]:
-    from pelengine.pipeline import ReconstructOptions, run_reconstruct
+    from pelengine.runs.full import run_reconstruct
+    from pelengine.settings import Settings
     from pelengine.storage import read_table, table_row_count, write_table
 
     def say(msg: str) -> None:
@@ -291,9 +292,7 @@ def run_one(spark: Any, n_events: int, work: str, args: argparse.Namespace) -> d
             say("  " + message)
 
         t = time.monotonic()
-        report = run_reconstruct(
-            spark, events, out, ReconstructOptions(profile=args.profile), progress
-        )
+        report = run_reconstruct(spark, events, out, Settings(profile=args.profile), progress)
         took = round(time.monotonic() - t, 1)
     samples = sampler.samples
     peak = max(samples, key=lambda s: s["max_worker_rss_mb"], default=None)

@@ -34,10 +34,11 @@ def main() -> int:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pelengine.config import load_config
-    from pelengine.pipeline import ReconstructOptions, run_reconstruct
+    from pelengine.runs.full import run_reconstruct
+    from pelengine.runs.generate import generated_arrow_table
+    from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
     from pelengine.session import build_session
-    from pelengine.spark.generate_io import generated_arrow_table
-    from pelengine.spark.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+    from pelengine.settings import Settings
     from pelengine.storage import read_table, write_table
 
     def say(msg: str) -> None:
@@ -71,7 +72,7 @@ def main() -> int:
         say(f"{label}: reconstruct{' --incremental' if incremental else ''}")
         t0 = time.monotonic()
         report = run_reconstruct(
-            spark, events, out, ReconstructOptions(incremental=incremental), lambda m: say("  " + m)
+            spark, events, out, Settings(incremental=incremental), lambda m: say("  " + m)
         )
         took = round(time.monotonic() - t0, 1)
         say(f"{label}: {took} s {report.get('incremental', {})}")

@@ -45,7 +45,7 @@ def say(msg: str) -> None:
 
 def tables_differ(spark: Any, a: str, b: str) -> dict[str, int]:
     """Rows of each output table found in one run and not the other (both ways)."""
-    from pelengine.spark.schemas import OUTPUT_TABLES
+    from pelengine.schemas import OUTPUT_TABLES
     from pelengine.storage import read_table
 
     out = {}
@@ -70,8 +70,9 @@ def main() -> int:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pelengine.config import load_config
-    from pelengine.pipeline import ReconstructOptions, run_reconstruct
+    from pelengine.runs.full import run_reconstruct
     from pelengine.session import build_session
+    from pelengine.settings import Settings
     from pelengine.storage import table_row_count, write_table
 
     work = args.dir or tempfile.mkdtemp(prefix="pelengine-groups-")
@@ -95,7 +96,7 @@ def main() -> int:
             spark,
             events,
             os.path.join(work, "warm-up"),
-            ReconstructOptions(profile=args.profile, split_groups=split, as_of_seq=20_000),
+            Settings(profile=args.profile, split_groups=split, as_of_seq=20_000),
         )
         shutil.rmtree(os.path.join(work, "warm-up"), ignore_errors=True)
     runs: dict[str, Any] = {}
@@ -108,7 +109,7 @@ def main() -> int:
             spark,
             events,
             out,
-            ReconstructOptions(profile=args.profile, split_groups=split),
+            Settings(profile=args.profile, split_groups=split),
             lambda m: say("  " + m),
         )
         runs[name] = {

@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_non_negative_int,
         metavar="N",
         help="replay a stream with at least N consumer groups as one task per group "
-        "(0: never; default: conf, 4; incremental runs do not split)",
+        "(0: never; default: conf, 0; incremental runs do not split)",
     )
     rec.add_argument("--json", action="store_true", help="print the run report as JSON")
 
@@ -349,11 +349,15 @@ def _add_sizes(p: argparse.ArgumentParser) -> None:
 
 
 def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
+    from pelengine.storage import local_path
+
+    return local_path(path) is not None
 
 
 def _local_path(path: str) -> Path:
-    return Path(path.removeprefix("file://"))
+    from pelengine.storage import local_path
+
+    return Path(local_path(path) or path)
 
 
 def _check_out_root(out: str) -> None:

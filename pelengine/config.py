@@ -1,7 +1,7 @@
 """Typed configuration for the CLI: packaged defaults, overlaid by YAML files.
 
-The defaults ship inside the package (`pelengine/conf/defaults.yaml`, a copy of
-the repo's `conf/defaults.yaml`), so an installed wheel needs no repo checkout.
+The defaults live inside the package (`pelengine/conf/defaults.yaml`, the only
+copy), so an installed wheel needs no repo checkout.
 Each `--conf FILE` is merged key by key on top, later files winning.
 """
 
@@ -77,7 +77,7 @@ class Config:
     node_max_entries: int = 100
     node_max_bytes: int = 4096
     # replay a stream with at least this many consumer groups as one task per group
-    split_groups: int = 4
+    split_groups: int = 0
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     demo_dir: str = "demo"
     spark: SparkConfig = field(default_factory=SparkConfig)
@@ -158,7 +158,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         rec, "stream_node_max_bytes", "reconstruct.stream_node_max_bytes", origin, 0
     )
     split_groups = _int(
-        {"split_groups": 4, **rec}, "split_groups", "reconstruct.split_groups", origin, 0
+        {"split_groups": 0, **rec}, "split_groups", "reconstruct.split_groups", origin, 0
     )
     gen = _section(raw, "generate", origin)
     generate = GenerateConfig(

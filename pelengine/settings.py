@@ -37,7 +37,7 @@ class Settings:
     node_max_bytes: int = 4096
     # replay a family with at least this many consumer groups as one task per group
     # (0: never; see pelengine.pipeline.route.split_by_group)
-    split_groups: int = 4
+    split_groups: int = 0
     # incremental runs: keep each family's model as state (see pelengine.runs.incremental)
     incremental: bool = False
 

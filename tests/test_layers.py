@@ -61,7 +61,9 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
                 anchor = name.split(".") if is_pkg else name.split(".")[:-1]
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
+            ]
         else:
             continue
         for target in targets:
@@ -151,7 +153,11 @@ def test_the_checker_sees_a_climb_and_a_circle(tmp_path: Path) -> None:
     global PACKAGE
     saved, PACKAGE = PACKAGE, pkg
     try:
-        assert imports_of("pelengine.model.a", pkg / "model" / "a.py", known) == {"pelengine.model.b"}
-        assert imports_of("pelengine.model.b", pkg / "model" / "b.py", known) == {"pelengine.model.a"}
+        assert imports_of("pelengine.model.a", pkg / "model" / "a.py", known) == {
+            "pelengine.model.b"
+        }
+        assert imports_of("pelengine.model.b", pkg / "model" / "b.py", known) == {
+            "pelengine.model.a"
+        }
     finally:
         PACKAGE = saved

@@ -47,16 +47,24 @@ def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     ``duplicate row``); a ``seq`` shared by different rows rejects them all,
     since which one the server ran cannot be known.
     """
-    signature = F.sha2(
-        F.to_json(F.struct(F.col("ts_ms"), F.col("argv"), F.col("db"), F.col("client"))), 256
-    )
-    by_seq = Window.partitionBy("seq")
-    ranked = (
-        events.withColumn("_sig", signature)
-        .withColumn("_n", F.count(F.lit(1)).over(by_seq))
-        .withColumn("_variants", F.size(F.collect_set("_sig").over(by_seq)))
-        .withColumn("_rank", F.row_number().over(by_seq.orderBy("_sig")))
-    )
+    # A shared seq is rare: one light aggregation (seq only) finds whether any exists, and
+    # only then do the rows go through the window by seq that compares whole rows.
+    shared = events.filter(F.col("seq").isNotNull()).groupBy("seq").count().filter("count > 1")
+    if shared.limit(1).count() == 0:
+        ranked = events.withColumn("_n", F.lit(1)).withColumn("_variants", F.lit(1))
+        ranked = ranked.withColumn("_rank", F.lit(1))
+    else:
+        signature = F.sha2(
+            F.to_json(F.struct(F.col("ts_ms"), F.col("argv"), F.col("db"), F.col("client"))),
+            256,
+        )
+        by_seq = Window.partitionBy("seq")
+        ranked = (
+            events.withColumn("_sig", signature)
+            .withColumn("_n", F.count(F.lit(1)).over(by_seq))
+            .withColumn("_variants", F.size(F.collect_set("_sig").over(by_seq)))
+            .withColumn("_rank", F.row_number().over(by_seq.orderBy("_sig")))
+        )
     reason = (
         F.when(F.col("seq").isNull(), F.lit("null seq"))
         .when(F.col("ts_ms").isNull(), F.lit("null ts_ms"))

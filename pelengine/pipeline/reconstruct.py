@@ -121,7 +121,10 @@ def reconstruct(
 
     progress("validating events")
     conformed = conform_events(events)
+    persisted: list[DataFrame] = []
     valid, rejected = split_rejected(conformed)
+    # written and then counted by reason: computed once
+    rejected = _persist(rejected, persisted)
     initial_db = carry.select_db if carry is not None else 0
     carried: dict[str, Any] = {}
     if options.incremental:
@@ -133,7 +136,6 @@ def reconstruct(
         valid = mark_units(valid, open_units, times=True)
     else:  # 7.0: units matter only to blocking reads (marked after routing, if any)
         valid = valid.withColumn(EXEC_UNIT, F.lit(None).cast(LongType()))
-    persisted: list[DataFrame] = []
     valid = _persist(valid, persisted)
     if options.incremental:
         carried["open_units"] = (

@@ -12,8 +12,6 @@ times aside (:func:`pel_as_of`).
 
 from __future__ import annotations
 
-import os
-
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -125,7 +123,7 @@ def describe_pel_as_of(
     limit: int = 20,
 ) -> str:
     """The PEL at a past moment from ``out_path/pel_history``, as a short readable table."""
-    path = os.path.join(out_path, "pel_history")
+    path = storage.table_path(out_path, "pel_history")
     if not storage.table_exists(spark, path):
         raise FileNotFoundError(
             f"no pel_history table under {out_path} (written by reconstruct from this "

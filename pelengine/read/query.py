@@ -49,8 +49,8 @@ def find_tables(spark: SparkSession, out_path: str) -> dict[str, str]:
         path = storage.table_path(out_path, name)
         if storage.table_exists(spark, path):
             found[name] = path
-    local = out_path.removeprefix("file://") if out_path.startswith("file://") else out_path
-    if "://" not in local and os.path.isdir(local):
+    local = storage.local_path(out_path)
+    if local is not None and os.path.isdir(local):
         for entry in sorted(os.listdir(local)):
             if entry in found or entry.startswith("_") or not _VIEW_NAME.match(entry):
                 continue

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pelengine.storage.paths import local_path
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -295,8 +297,8 @@ def write_run_report(out: str | Output, report: dict[str, Any]) -> str | None:
         return None
     text = json.dumps(report, indent=2, sort_keys=True, default=str)
     root = output.root
-    if "://" not in root or root.startswith("file:"):
-        local = root.removeprefix("file://").removeprefix("file:")
+    local = local_path(root)
+    if local is not None:
         os.makedirs(local, exist_ok=True)
         target = os.path.join(local, RUN_REPORT)
         with open(target, "w", encoding="utf-8") as fh:

@@ -30,6 +30,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from pelengine.storage.paths import local_path
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from deltalake import DeltaTable
@@ -61,13 +63,10 @@ class DeltaStorageError(RuntimeError):
 
 def normalize_table_uri(path: str) -> str:
     """Absolute local path for local/``file:`` paths, other URIs unchanged."""
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    elif path.startswith("file:"):
-        path = path[len("file:") :]
-    elif "://" in path:
+    local = local_path(path)
+    if local is None:
         return path.rstrip("/")
-    return os.path.abspath(path)
+    return os.path.abspath(local)
 
 
 def open_table(
