@@ -5,7 +5,6 @@ report.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -14,7 +13,7 @@ from pelengine import storage
 from pelengine.pipeline.conform import InputContractError
 from pelengine.pipeline.reconstruct import reconstruct
 from pelengine.progress import Progress, quiet
-from pelengine.runs.output import write_outputs
+from pelengine.runs.output import count_rejected, finish_report, write_outputs
 from pelengine.settings import Settings
 
 
@@ -58,23 +57,9 @@ def run_reconstruct(
         progress=progress,
     )
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
-    rejected_by_reason = {
-        r["reason"]: r["count"] for r in result.rejected.groupBy("reason").count().collect()
-    }
-    report["events"]["read"] = report["events"]["valid"] + sum(rejected_by_reason.values())
-    report["events"]["rejected"] = sum(rejected_by_reason.values())
-    report["events"]["rejected_by_reason"] = rejected_by_reason
-    report.update(
-        {
-            "input": {"path": events_path, "delta_version": input_version},
-            "output": {**output.describe(), "rows": output_rows},
-            "keys": output_rows.get("streams", 0),
-            "options": asdict(options),
-            "storage": storage.storage_mode(spark),
-            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "duration_s": round(time.time() - started, 3),
-        }
-    )
+    count_rejected(report, result.rejected)
+    report["input"] = {"path": events_path, "delta_version": input_version}
+    report["output"] = {**output.describe(), "rows": output_rows}
+    report["keys"] = output_rows.get("streams", 0)
     result.unpersist()
-    storage.write_run_report(output, report)
-    return report
+    return finish_report(report, spark, output, options, started)

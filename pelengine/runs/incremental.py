@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import pickle
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -59,7 +59,7 @@ from pelengine.pipeline.carry import Carry
 from pelengine.pipeline.conform import InputContractError, conform_events
 from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
 from pelengine.progress import Progress, quiet
-from pelengine.runs.output import write_outputs
+from pelengine.runs.output import count_rejected, finish_report, write_outputs
 from pelengine.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
 from pelengine.settings import Settings
 
@@ -331,13 +331,7 @@ def run_incremental(
     report["input"] = {"path": events_path, "delta_version": version}
     report["output"] = {**output.describe(), "rows": output_rows}
     report["keys"] = output_rows.get("streams", 0)
-    rejected_by_reason = {
-        r["reason"]: r["count"] for r in result.rejected.groupBy("reason").count().collect()
-    }
-    ev = report.setdefault("events", {})
-    ev["read"] = ev.get("valid", 0) + sum(rejected_by_reason.values())
-    ev["rejected"] = sum(rejected_by_reason.values())
-    ev["rejected_by_reason"] = rejected_by_reason
+    count_rejected(report, result.rejected)
     report["incremental"]["high_seq"] = high_seq
     result.unpersist()
     return _finish(report, output, options, spark, started, written=True)
@@ -397,10 +391,4 @@ def _finish(
     *,
     written: bool,
 ) -> dict[str, Any]:
-    report["options"] = asdict(options)
-    report["storage"] = storage.storage_mode(spark)
-    report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
-    report["duration_s"] = round(time.time() - started, 3)
-    report["written"] = written
-    storage.write_run_report(output, report)
-    return report
+    return finish_report(report, spark, output, options, started, written=written)

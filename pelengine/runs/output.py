@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from pelengine import storage
 from pelengine.progress import Progress, quiet
+from pelengine.settings import Settings
 
 
 def write_outputs(
@@ -101,3 +103,33 @@ def format_report(report: dict[str, Any]) -> str:
         + (" (" + ", ".join(f"{k} {v}" for k, v in timings.items()) + ")" if timings else "")
     )
     return "\n".join(lines)
+
+
+def count_rejected(report: dict[str, Any], rejected: DataFrame) -> None:
+    """The report's read / rejected counts, from this run's rejected rows by reason."""
+    by_reason = {r["reason"]: r["count"] for r in rejected.groupBy("reason").count().collect()}
+    events = report.setdefault("events", {})
+    events["read"] = events.get("valid", 0) + sum(by_reason.values())
+    events["rejected"] = sum(by_reason.values())
+    events["rejected_by_reason"] = by_reason
+
+
+def finish_report(
+    report: dict[str, Any],
+    spark: SparkSession,
+    output: storage.Output,
+    settings: Settings,
+    started: float,
+    *,
+    written: bool | None = None,
+) -> dict[str, Any]:
+    """Complete the run report (options, storage, start, duration) and write it as
+    ``<root>/_run_report.json``; the same for every run."""
+    report["options"] = asdict(settings)
+    report["storage"] = storage.storage_mode(spark)
+    report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    report["duration_s"] = round(time.time() - started, 3)
+    if written is not None:
+        report["written"] = written
+    storage.write_run_report(output, report)
+    return report
