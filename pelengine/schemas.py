@@ -1,4 +1,4 @@
-"""Spark schemas of the input contract and of every output table (outputs.md).
+"""Spark schemas of the input contract and of every output table (docs/outputs.md).
 
 The replay UDF returns one wide row type for all tables (``table`` says which
 one a row belongs to); ``TABLE_COLUMNS`` selects each table's columns from it.

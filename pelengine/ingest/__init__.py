@@ -1,1 +1,1 @@
-"""Turn captured command logs into rows of the events table (``events.md``)."""
+"""Turn captured command logs into rows of the events table (docs/input.md)."""

@@ -7,7 +7,7 @@ line's ``ts_ms`` and a replay that derives the ID from ``ts_ms`` makes a
 different one; every later reference to it, the stream's last ID and the PEL
 then differ. The capture alone cannot settle it. An effects log of the same
 server (its AOF, or a replication stream written as one) holds the ID the
-server generated, so events.md's rule applies: where the log knows the
+server generated, so the input contract's rule applies (docs/input.md): where the log knows the
 generated ID, it goes into ``argv`` instead of ``*``.
 
 How: the capture's rows are replayed through the pure model (so each stream's

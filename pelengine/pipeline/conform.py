@@ -19,7 +19,7 @@ from pelengine.schemas import (
 
 
 class InputContractError(ValueError):
-    """The events table does not follow the input contract (events.md)."""
+    """The events table does not follow the input contract (docs/input.md)."""
 
 
 def conform_events(events: DataFrame) -> DataFrame:
@@ -29,7 +29,7 @@ def conform_events(events: DataFrame) -> DataFrame:
     if missing:
         raise InputContractError(
             f"events table lacks required column(s) {', '.join(missing)}; "
-            f"it has {', '.join(sorted(names)) or 'no columns'} (see spec/events.md)"
+            f"it has {', '.join(sorted(names)) or 'no columns'} (see docs/input.md)"
         )
     out = events
     for f in EVENTS_SCHEMA.fields:

@@ -2,7 +2,7 @@
 
 Each scenario is a list of steps (time, command, expected outcome) and a few
 facts about the final snapshot. Every expected value was traced by hand from
-the rules in spec/semantics.md and from the Redis sources (t_stream.c of 7.0.15
+the rules in docs/redis-semantics.md and from the Redis sources (t_stream.c of 7.0.15
 and 7.4.1); none was produced by running the model. Where the two disagree the
 source wins and the scenario says so.
 
@@ -154,7 +154,7 @@ shared(
     [(5, "2-0", "claimed", None, "b", 2, 1005)],
 )
 shared(
-    # semantics.md says count 0; the source (streamCreateNACK sets delivery_count 1,
+    # an early reading of the rules said count 0; the source (streamCreateNACK sets delivery_count 1,
     # JUSTID skips the increment) gives 1. The source wins.
     "xclaim_force_justid_creates_entry_with_count_one",
     [*BASE, S(1005, "XCLAIM s g b 0 2-0 FORCE JUSTID")],

@@ -39,7 +39,7 @@ FIRST_SEED = 101  # different workloads from the model test's seeds
 
 
 def events_schema() -> Any:
-    """The input contract of events.md, spelled out here (not imported from the job)."""
+    """The input contract (docs/input.md), spelled out here (not imported from the job)."""
     from pyspark.sql.types import (
         ArrayType,
         IntegerType,

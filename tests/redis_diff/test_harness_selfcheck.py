@@ -3,7 +3,7 @@
 A differential test that passes because it compares nothing would be worse than
 none. These tests tamper with a correct log and require the comparison to fail,
 check the truth reader on a small state, check the comparator's rules, and check
-that a seeded workload really sends every command of events.md.
+that a seeded workload really sends every command of the input contract (docs/input.md).
 """
 
 from __future__ import annotations
