@@ -154,7 +154,7 @@ shared(
     [(5, "2-0", "claimed", None, "b", 2, 1005)],
 )
 shared(
-    # an early reading of the rules said count 0; the source (streamCreateNACK sets delivery_count 1,
+    # an early reading said count 0; the source (streamCreateNACK sets delivery_count 1,
     # JUSTID skips the increment) gives 1. The source wins.
     "xclaim_force_justid_creates_entry_with_count_one",
     [*BASE, S(1005, "XCLAIM s g b 0 2-0 FORCE JUSTID")],

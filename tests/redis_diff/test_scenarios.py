@@ -1,4 +1,5 @@
-"""Edge cases of the Redis semantics (docs/redis-semantics.md), one scenario each, judged by the real server.
+"""Edge cases of the Redis semantics (docs/redis-semantics.md), one scenario each,
+judged by the real server.
 
 Every scenario runs on an empty server of each kind (Redis 7.0, Valkey 8.1, Valkey
 9.1) with the same capture as the random workloads; the recorded rows are replayed
