@@ -57,7 +57,7 @@ TARGETS = {
 STEPS = ("job", "floor", "engine", "redis")
 GENERATED_MARKER = "_bench_generated.json"
 RESP_MARKER = "commands.resp.json"
-RESP_FORMAT = 2  # bump when write_resp changes what it writes: cached RESP files are redone
+RESP_FORMAT = 3  # bump when write_resp changes what it writes: cached RESP files are redone
 # Commands a single pipelined connection must not send: they would end it, block it,
 # or turn it into something that no longer answers one reply per command.
 PIPE_UNSAFE = frozenset(
@@ -443,43 +443,6 @@ def seq_ordered_batches(
         del table
 
 
-def valid_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Rows the job replays: seq, ts_ms and argv set, argv not empty, no null argument
-    (the job rejects the others in its validation)."""
-    import pyarrow.compute as pc
-
-    argv = batch.column("argv")
-    mask = pc.and_(
-        pc.and_(batch.column("seq").is_valid(), batch.column("ts_ms").is_valid()),
-        pc.fill_null(pc.greater(pc.list_value_length(argv), 0), False),
-    )
-    if pc.list_flatten(argv).null_count:
-        nulls = [a is not None and None in a for a in argv.to_pylist()]
-        mask = pc.and_(mask, pc.invert(pa.array(nulls)))
-    if pc.all(mask).as_py():
-        return batch
-    return batch.filter(mask)
-
-
-def resolve_dbs(
-    argvs: list[list[str]], dbs: list[int | None], select_db: int
-) -> tuple[list[int], int]:
-    """The job's rule (pipeline.resolve_db): a row without ``db`` takes the db of the
-    latest SELECT row without db before it, else 0. Returns the dbs and the db to carry
-    into the next batch."""
-    if None not in dbs:
-        return dbs, select_db  # type: ignore[return-value]
-    out: list[int] = []
-    for argv, db in zip(argvs, dbs, strict=True):
-        if db is None:
-            if argv[0].upper() == "SELECT" and len(argv) > 1:
-                with contextlib.suppress(ValueError):
-                    select_db = int(argv[1])
-            db = select_db
-        out.append(db)
-    return out, select_db
-
-
 # --------------------------------------------------------------------------- engine (child)
 
 
@@ -500,7 +463,6 @@ def engine_run(
     read_s = convert_s = apply_s = apply_cpu = 0.0
     done = skipped = changes = versions = 0
     cpu0 = time.process_time()
-    select_db = 0
     next_report = 1_000_000
     started = time.perf_counter()
     last_seq = last_ts = None
@@ -510,14 +472,13 @@ def engine_run(
         batch = next(batches, None)
         if batch is None:
             break
-        good = valid_rows(batch)
-        skipped += batch.num_rows - good.num_rows
+        good = batch  # validated by the job's own stage (ensure_valid_events)
         if limit is not None and done + good.num_rows > limit:
             good = good.slice(0, limit - done)
         t1 = time.perf_counter()
         read_s += t1 - t
         cols = good.to_pydict()
-        dbs, select_db = resolve_dbs(cols["argv"], cols["db"], select_db)
+        dbs = cols["db"]
         t2 = time.perf_counter()
         c2 = time.process_time()
         convert_s += t2 - t1
@@ -597,17 +558,15 @@ def write_resp(events_path: str, out_file: str) -> dict[str, Any]:
     started = time.perf_counter()
     commands = selects = blocks = skipped_invalid = 0
     unsafe: dict[str, int] = {}
-    db_now = select_db = 0
+    db_now = 0
     next_report = 1_000_000
     done = 0
     tmp = out_file + ".part"
     with open(tmp, "wb", buffering=8 << 20) as fh:
         write = fh.write
         for batch in seq_ordered_batches(events_path, ["argv", "db", "seq", "ts_ms"]):
-            good = valid_rows(batch)
-            skipped_invalid += batch.num_rows - good.num_rows
-            cols = good.to_pydict()
-            dbs, select_db = resolve_dbs(cols["argv"], cols["db"], select_db)
+            cols = batch.to_pydict()  # the job's validated rows (ensure_valid_events)
+            dbs = cols["db"]
             out: list[bytes] = []
             for argv, db in zip(cols["argv"], dbs, strict=True):
                 name = argv[0].upper()
@@ -911,12 +870,13 @@ class Bench:
             f"{'all' if limit is None else f'the first {limit:,}'} events in seq order, "
             "one process"
         )
+        valid_path = self.ensure_valid_events(events_path)
         self.sampler.begin("engine")
         t = time.monotonic()
         try:
             result = in_child(
                 engine_run,
-                events_path,
+                valid_path,
                 limit,
                 self.conf.profile,
                 self.conf.node_max_entries,
@@ -944,6 +904,35 @@ class Bench:
         )
         return result
 
+    def ensure_valid_events(self, events_path: str) -> str:
+        """The rows the job replays, as the job's own validation stage leaves them
+        (pelengine.pipeline.conform: contract casts, rejected rows out, db resolved),
+        written once next to the events (reused while the events' Delta version is the
+        same): the engine step replays exactly what the job does, without a second
+        implementation of the rules."""
+        from pelengine.storage import read_table, table_version, write_table
+
+        try:
+            from pelengine.pipeline.conform import conform_events, resolve_db, split_rejected
+        except ImportError:  # a checkout from before the rooms (measuring "before")
+            from pelengine.pipeline import (  # type: ignore[no-redef]
+                conform_events,
+                resolve_db,
+                split_rejected,
+            )
+        spark = self.spark
+        path = str(Path(events_path).parent / "valid")
+        marker = Path(events_path).parent / "_bench_valid.json"
+        version = table_version(spark, events_path)
+        if marker.exists() and json.loads(marker.read_text("utf-8")).get("version") == version:
+            return path
+        say(f"step engine: writing the job's validated rows to {path} (once)")
+        valid, _ = split_rejected(conform_events(read_table(spark, events_path)))
+        valid = resolve_db(spark, valid).select(*EVENT_COLUMNS)
+        write_table(valid, path, "overwrite", overwrite_schema=True)
+        marker.write_text(json.dumps({"version": version}), "utf-8")
+        return path
+
     # -- 6. redis ---------------------------------------------------------------------
 
     def ensure_resp(self, events_path: str) -> tuple[str, dict[str, Any]]:
@@ -958,7 +947,7 @@ class Bench:
                 return str(resp), meta
         say(f"step redis: writing the RESP file {resp} (not timed)")
         marker.unlink(missing_ok=True)
-        meta = in_child(write_resp, events_path, str(resp))
+        meta = in_child(write_resp, self.ensure_valid_events(events_path), str(resp))
         marker.write_text(json.dumps(meta, indent=2), "utf-8")
         meta["reused"] = False
         say(f"  resp: {meta['bytes'] / 2**20:.0f} MiB in {meta['write_seconds']} s")
