@@ -649,7 +649,7 @@ def cmd_ingest_monitor(
     elif stats.star_uncertain:
         print(
             "  note: pass --ids-from-aof with the server's AOF to pin those IDs "
-            "(see README, 'MONITOR captures')"
+            "(see docs/ingest.md, MONITOR captures)"
         )
     return EXIT_OK
 

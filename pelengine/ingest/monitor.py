@@ -8,7 +8,7 @@ A MONITOR line, as the server writes it (``replicationFeedMonitors``)::
   which is right *after* the command ran. ``ts_ms`` is that time floored to the
   millisecond. A command's own clock reads (an ``XADD *`` ID, a delivery time)
   happen a few microseconds earlier, so when a millisecond ends between the two,
-  ``ts_ms`` is one millisecond later than the command's "now" (see the README).
+  ``ts_ms`` is one millisecond later than the command's "now" (see docs/ingest.md).
 * ``[db client]`` — the logical db and the client: ``ip:port``, ``[ipv6]:port``, ``unix:/path``,
   or ``lua`` for commands a script ran (``[0 lua]``).
 * the arguments, each double-quoted with ``sdscatrepr`` escapes: ``\\"``,

@@ -114,7 +114,7 @@ def _moment(history: DataFrame, as_of_seq: int | None, as_of_ms: int | None) -> 
 
 def describe_pel_as_of(
     spark: SparkSession,
-    out_path: str,
+    out_path: str | storage.Output,
     *,
     as_of_seq: int | None = None,
     as_of_ms: int | None = None,

@@ -141,7 +141,7 @@ class SnapshotTables:
     groups: DataFrame
 
 
-def read_snapshot(spark: SparkSession, out_path: str) -> SnapshotTables:
+def read_snapshot(spark: SparkSession, out_path: str | storage.Output) -> SnapshotTables:
     """``pel`` and ``groups`` of the output root (FileNotFoundError naming a missing one)."""
     return SnapshotTables(
         storage.read_output_table(spark, out_path, "pel"),
@@ -315,7 +315,7 @@ def _format(reply: Reply, prefix: str) -> str:
     return "".join(parts)
 
 
-def describe(answer: PendingAnswer, out_path: str, *, header: bool = True) -> str:
+def describe(answer: PendingAnswer, out_path: str | storage.Output, *, header: bool = True) -> str:
     """The answer as ``redis-cli`` prints it, after a ``#`` header naming the snapshot."""
     body = format_reply(answer.reply)
     if not header:

@@ -41,15 +41,16 @@ class QueryResult:
     views: dict[str, str]
 
 
-def find_tables(spark: SparkSession, out_path: str) -> dict[str, str]:
+def find_tables(spark: SparkSession, out_path: str | storage.Output) -> dict[str, storage.TableRef]:
     """Name -> path of every Delta table under ``out_path``: the known names, and (local
     roots) any other table directory not starting with ``_`` (e.g. ``_state``)."""
-    found: dict[str, str] = {}
+    found: dict[str, storage.TableRef] = {}
     for name in KNOWN_TABLES:
         path = storage.table_path(out_path, name)
         if storage.table_exists(spark, path):
             found[name] = path
-    local = storage.local_path(out_path)
+    output = storage.as_output(out_path)
+    local = None if output.by_name or not output.root else storage.local_path(output.root)
     if local is not None and os.path.isdir(local):
         for entry in sorted(os.listdir(local)):
             if entry in found or entry.startswith("_") or not _VIEW_NAME.match(entry):
@@ -59,7 +60,9 @@ def find_tables(spark: SparkSession, out_path: str) -> dict[str, str]:
     return found
 
 
-def register_views(spark: SparkSession, out_path: str) -> dict[str, str]:
+def register_views(
+    spark: SparkSession, out_path: str | storage.Output
+) -> dict[str, storage.TableRef]:
     """Make every table under ``out_path`` a temp view of its name; returns name -> path."""
     tables = find_tables(spark, out_path)
     if not tables:
@@ -99,7 +102,7 @@ def _quiet_query_errors() -> Iterator[None]:
 
 
 def run_query(
-    spark: SparkSession, out_path: str, query: str, limit: int | None = 100
+    spark: SparkSession, out_path: str | storage.Output, query: str, limit: int | None = 100
 ) -> QueryResult:
     """Run ``query`` over the views of ``out_path``; at most ``limit`` rows (None: all)."""
     from pyspark.errors import AnalysisException
@@ -119,7 +122,9 @@ def run_query(
     truncated = limit is not None and len(rows) > limit
     if truncated:
         rows = rows[:limit]
-    return QueryResult(list(df.columns), [tuple(r) for r in rows], truncated, views)
+    return QueryResult(
+        list(df.columns), [tuple(r) for r in rows], truncated, {k: str(v) for k, v in views.items()}
+    )
 
 
 def render(result: QueryResult, fmt: str = "table") -> str:

@@ -247,7 +247,7 @@ def growing_lag(snapshots: list[tuple[int, DataFrame]], runs: int = 1) -> DataFr
 
 
 def lag_snapshots(
-    spark: SparkSession, out_path: str, wanted: int
+    spark: SparkSession, out_path: str | storage.Output, wanted: int
 ) -> tuple[list[tuple[int, DataFrame]], int]:
     """Up to ``wanted`` distinct snapshots of ``groups`` (newest first) from its Delta
     history, and how many versions were looked at. A version with the same
@@ -284,7 +284,7 @@ def _empty_lag(groups: DataFrame) -> DataFrame:
 
 def build_report(
     spark: SparkSession,
-    out_path: str,
+    out_path: str | storage.Output,
     thresholds: Thresholds | None = None,
     *,
     now_ms: int | None = None,
@@ -321,7 +321,9 @@ def build_report(
     return OperationalReport(tables, thresholds, as_of_ms, as_of_seq, now_ms, lag_versions, notes)
 
 
-def write_report(spark: SparkSession, out_path: str, report: OperationalReport) -> dict[str, int]:
+def write_report(
+    spark: SparkSession, out_path: str | storage.Output, report: OperationalReport
+) -> dict[str, int]:
     """Write every report table as ``out_path/<name>`` (overwrite, one commit each);
     returns the rows written per table."""
     rows: dict[str, int] = {}
@@ -359,7 +361,10 @@ _SECTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 
 def describe(
-    report: OperationalReport, counts: dict[str, int], out_path: str, limit: int = 20
+    report: OperationalReport,
+    counts: dict[str, int],
+    out_path: str | storage.Output,
+    limit: int = 20,
 ) -> str:
     """The report as readable text: per table its count (``counts``, e.g. what
     :func:`write_report` wrote) and its first ``limit`` rows in the table's order (persist

@@ -8,7 +8,7 @@ from pyspark.sql import functions as F
 from pelengine import storage
 
 
-def summarize(spark: SparkSession, out_path: str, limit: int = 10) -> str:
+def summarize(spark: SparkSession, out_path: str | storage.Output, limit: int = 10) -> str:
     """A short readable summary of the PEL and ownership tables under ``out_path``."""
     pel = storage.read_output_table(spark, out_path, "pel")
     own = storage.read_output_table(spark, out_path, "ownership")

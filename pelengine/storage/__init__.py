@@ -400,12 +400,13 @@ def _embedded_preflight_skips(
 # --------------------------------------------------------------------------- table facts
 
 
-def table_path(root: str, name: str) -> str:
-    """Where the table ``name`` of the output root ``root`` lives."""
-    return os.path.join(root, name)
+def table_path(root: str | Output, name: str) -> TableRef:
+    """Where the table ``name`` of an output lives: ``<root>/<name>`` for a root path, the
+    catalog table for an :class:`Output` written by name."""
+    return as_output(root).table(name)
 
 
-def read_output_table(spark: SparkSession, root: str, name: str) -> DataFrame:
+def read_output_table(spark: SparkSession, root: str | Output, name: str) -> DataFrame:
     """The table ``name`` of the output root ``root``; FileNotFoundError naming both when
     there is none."""
     path = table_path(root, name)
@@ -417,11 +418,11 @@ def read_output_table(spark: SparkSession, root: str, name: str) -> DataFrame:
     return read_table(spark, path)
 
 
-def table_versions(spark: SparkSession, path: str, limit: int | None = None) -> list[int]:
+def table_versions(spark: SparkSession, path: TableRef, limit: int | None = None) -> list[int]:
     """Versions of the table at ``path`` its Delta history lists, newest first (at most
     ``limit``); empty when there is no table. Versions whose files were vacuumed may be
     listed yet no longer readable."""
-    if storage_mode(spark) == EMBEDDED:
+    if isinstance(path, str) and storage_mode(spark) == EMBEDDED:
         from pelengine.storage.embedded import normalize_table_uri, open_table
 
         table = open_table(normalize_table_uri(path))
@@ -434,8 +435,8 @@ def table_versions(spark: SparkSession, path: str, limit: int | None = None) -> 
         return versions[:limit] if limit is not None else versions
     from pyspark.errors import AnalysisException
 
-    quoted = path.replace("`", "``")
-    query = f"DESCRIBE HISTORY delta.`{quoted}`" + (f" LIMIT {int(limit)}" if limit else "")
+    quoted = path.name if isinstance(path, Table) else "delta.`" + path.replace("`", "``") + "`"
+    query = f"DESCRIBE HISTORY {quoted}" + (f" LIMIT {int(limit)}" if limit else "")
     try:
         rows = spark.sql(query).select("version").collect()
     except AnalysisException:

@@ -5,7 +5,7 @@ multi-part AOF (no RDB preamble, fsync always, so the files hold every reply's
 command); ``loaded_truth(server)`` starts a FRESH server of the same kind on a copy of
 that ``appendonlydir`` (it loads the AOF) and reads its state without the consumers'
 seen and active times (``effects_only``): a loading server sets them to its load time
-(events.md). Measured: Redis 7.0 sets seen-time so; Valkey 8.1 and 9.1 set seen-time
+(docs/input.md). Measured: Redis 7.0 sets seen-time so; Valkey 8.1 and 9.1 set seen-time
 and, for a consumer the AOF claims for (XCLAIM), active-time too, while a consumer
 made by XGROUP CREATECONSUMER stays never active (-1).
 """

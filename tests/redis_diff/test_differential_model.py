@@ -52,7 +52,7 @@ def test_model_matches_server(
     server = fresh_redis_server
     db = seed % 16  # exercise non-zero dbs too
     # Odd seeds log XADD '*' as sent wherever ts_ms determines the ID (the engine
-    # generates it); even seeds log the generated ID, as events.md asks of a capture
+    # generates it); even seeds log the generated ID, as the input contract asks of a capture
     # that knows it.
     star_mode = "keep" if seed % 2 else "replace"
     result = run_workload(

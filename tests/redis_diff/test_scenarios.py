@@ -163,7 +163,7 @@ SCENARIOS: list[Scenario] = [
         ["XADD s 1-1 f v", "XADD s 2-1 f v", "XGROUP CREATE s g $", "XCLAIM s g c1 0 1-1 FORCE"],
     ),
     Scenario(
-        # semantics.md says count 0; Redis 7.0.15 (the judge) reports 1: a new PEL
+        # an early reading said count 0; Redis 7.0.15 (the judge) reports 1: a new PEL
         # entry starts at 1 and JUSTID does not increment it.
         "xclaim_force_justid_on_unheld_entry_has_count_one",
         [

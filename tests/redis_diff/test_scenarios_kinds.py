@@ -1,7 +1,7 @@
 """The hand-written scenarios, proven for both kinds of real logs the server writes.
 
 ``test_scenarios.py`` replays each scenario from the test's OWN record of what it
-sent. Here the log comes from the server instead, for both kinds of events.md:
+sent. Here the log comes from the server instead, for both kinds of input (docs/input.md):
 
 * **commands** (a MONITOR capture): while the scenario runs, a MONITOR connection
   captures it (``monitor_capture.MonitorCapture``); the rows come from that file

@@ -6,7 +6,7 @@ and every pending entry) and is cross-checked against ``XINFO GROUPS``,
 ``XINFO CONSUMERS`` and ``XPENDING`` so a misread of the server fails loudly
 instead of becoming the expected value of a test.
 
-Rows carry exactly the columns of outputs.md for ``pel``, ``ownership``,
+Rows carry exactly the columns of docs/outputs.md for ``pel``, ``ownership``,
 ``groups`` and ``streams`` (without ``as_of_ms``/``as_of_seq``/``idle_ms``):
 IDs as ``"ms-seq"`` strings (plus ``id_ms``/``id_seq`` where the contract has
 them), times as absolute ms, nil as ``None``.
@@ -50,7 +50,7 @@ BIGINT_MAX = (1 << 63) - 1
 
 def _id_cols(text: str) -> dict[str, Any]:
     """The server's ID, in the contract's columns: a part beyond BIGINT is null there
-    (outputs.md types id_ms/id_seq as BIGINT; the id string carries the exact value)."""
+    (docs/outputs.md types id_ms/id_seq as BIGINT; the id string carries the exact value)."""
     ms, seq = parse_id(text)
     return {
         "id": text,
