@@ -401,8 +401,10 @@ def git_info() -> dict[str, Any]:
 
 
 def _local_path(uri: str) -> str:
-    from pelengine.storage import local_path
-
+    try:
+        from pelengine.storage import local_path
+    except ImportError:  # a checkout from before the rooms (measuring "before")
+        return uri.removeprefix("file://")
     return local_path(uri) or uri
 
 
