@@ -33,7 +33,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
-    BinaryType,
     BooleanType,
     LongType,
     StringType,
@@ -53,6 +52,7 @@ from pelengine.spark.schemas import (
     OUTPUT_TABLES,
     REPLAY_OUTPUT_SCHEMA,
     REQUIRED_EVENT_COLUMNS,
+    SAVED_STATE_TYPE,
     TABLE_COLUMNS,
 )
 from pelengine.spark.udf import links_batches, make_replay_function, make_router
@@ -94,7 +94,7 @@ class Carry:
     as_of_ms: int | None
     as_of_seq: int | None
     family_of: dict[tuple[int, str], str]  # keys tied into one family so far
-    states: DataFrame  # db, family, applied_seq, state_blob, agg_n, agg_x
+    states: DataFrame  # db, family, applied_seq, state_version, state, agg_n, agg_x
     previous: dict[str, DataFrame]  # every output table as it is now (+ rejected_events)
     waits: list[tuple[str, int, str]]  # (client, db, family) of every blocking read so far
     select_db: int = 0  # the db of the last SELECT (for rows that carry none)
@@ -780,7 +780,7 @@ def check_replay_plan(replayed: DataFrame) -> None:
 
 def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
     """``rows`` with a null ``state`` column, plus the saved state of every family they reach."""
-    rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
+    rows = rows.withColumn("state", F.lit(None).cast(SAVED_STATE_TYPE))
     reached = rows.select("db", "family").distinct()
     seeds = states.join(reached, ["db", "family"], "inner").select(
         F.col("applied_seq").alias("seq"),
@@ -793,7 +793,7 @@ def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
         F.lit(False).alias("marker"),
         F.lit(None).cast(LongType()).alias(EXEC_UNIT),
         *_whole_family_unit(),
-        F.col("state_blob").alias("state"),
+        F.struct("state_version", "state", "agg_n", "agg_x").alias("state"),
     )
     return rows.unionByName(seeds)
 
@@ -1031,7 +1031,7 @@ def reconstruct(
             assert states_in is not None
             rows = _seed_rows(rows, states_in)
         else:
-            rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
+            rows = rows.withColumn("state", F.lit(None).cast(SAVED_STATE_TYPE))
     lap(
         "route",
         f"{split_stats['families_split']} stream famil(ies) split into "
@@ -1071,7 +1071,7 @@ def reconstruct(
     )
     states: DataFrame | None = None
     if options.incremental:
-        state_cols = ("db", "family", "applied_seq", "state_blob", "agg_n", "agg_x")
+        state_cols = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
         states = replayed.filter(F.col("table") == "state").select(*state_cols, "mark_n", "mark_x")
         if carry is not None:
             assert states_in is not None
