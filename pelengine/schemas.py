@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pyspark.sql.types import (
     ArrayType,
-    BinaryType,
     BooleanType,
     DataType,
     IntegerType,
@@ -17,6 +16,8 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
+
+from pelengine.model.persist import STATE_SCHEMA
 
 EVENTS_SCHEMA = StructType(
     [
@@ -214,13 +215,88 @@ STAT_FIELDS = (
     StructField("stat_count", _L, True),
 )
 
+# The types of the state schema's type names (pelengine.model.persist): a ``u64`` is
+# stored as the signed long of its bits; a trailing "?" (may be null) leaves every
+# field nullable here, as in every table of this job.
+_STATE_TYPES: dict[str, DataType] = {"int": _I, "long": _L, "u64": _L, "bool": _B, "string": _S}
+
+
+def _state_type(type_name: str) -> DataType:
+    base = type_name.rstrip("?")
+    if base.startswith("array<") and base.endswith(">"):
+        return ArrayType(_state_type(base[len("array<") : -1]), True)
+    return _STATE_TYPES[base]
+
+
+# A family's saved model: one field per section, each an array of rows (docs/state.md).
+STATE_TYPE = StructType(
+    [
+        StructField(
+            section,
+            ArrayType(StructType([StructField(f, _state_type(t), True) for f, t in fields]), True),
+            True,
+        )
+        for section, fields in STATE_SCHEMA
+    ]
+)
+
 # A family's saved model (incremental runs), as the replay emits it.
 REPLAY_STATE_FIELDS = (
     StructField("family", _S, True),
     StructField("applied_seq", _L, True),
-    StructField("state_blob", BinaryType(), True),
+    StructField("state_version", _I, True),
+    StructField("state", STATE_TYPE, True),
     StructField("agg_n", _L, True),
     StructField("agg_x", _L, True),
+)
+# The ``state`` column of the replay's input: a family's saved model, on its seed row.
+SAVED_STATE_TYPE = StructType(
+    [
+        StructField("state_version", _I, True),
+        StructField("state", STATE_TYPE, True),
+        StructField("agg_n", _L, True),
+        StructField("agg_x", _L, True),
+    ]
+)
+# What the run row carries across runs (see pelengine.runs.incremental).
+RUN_GLOBALS_FIELDS = (
+    StructField("select_db", _I, True),
+    StructField(
+        "open_units",
+        ArrayType(
+            StructType([StructField("client", _S, True), StructField("ts_ms", _L, True)]), True
+        ),
+        True,
+    ),
+    StructField(
+        "waits",
+        ArrayType(
+            StructType(
+                [
+                    StructField("client", _S, True),
+                    StructField("db", _I, True),
+                    StructField("family", _S, True),
+                ]
+            ),
+            True,
+        ),
+        True,
+    ),
+    StructField(
+        "family_of",
+        ArrayType(
+            StructType(
+                [
+                    StructField("db", _I, True),
+                    StructField("key", _S, True),
+                    StructField("family", _S, True),
+                ]
+            ),
+            True,
+        ),
+        True,
+    ),
+    StructField("delivery_counts_version", _L, True),
 )
 
 REPLAY_OUTPUT_SCHEMA = StructType(
@@ -231,9 +307,9 @@ REPLAY_OUTPUT_SCHEMA = StructType(
     + [StructField("mark_n", _L, True), StructField("mark_x", _L, True)]
 )
 
-# The state table (``<out>/_state``): one ``family`` row per family replayed so far
-# (db, family, applied_seq, state_blob, agg_n, agg_x) and one ``run`` row describing
-# the input the state corresponds to (see pelengine.runs.incremental).
+# The state table (``<out>/_state``, docs/state.md): one ``family`` row per family
+# replayed so far (db, family, applied_seq, state_version, state, agg_n, agg_x) and one
+# ``run`` row describing the input the state corresponds to (see pelengine.runs.incremental).
 STATE_TABLE_SCHEMA = StructType(
     [
         StructField("kind", _S, False),
@@ -247,6 +323,7 @@ STATE_TABLE_SCHEMA = StructType(
         StructField("digest_upto_high", _L, True),
         StructField("rows_null_seq", _L, True),
         StructField("options", _S, True),
+        *RUN_GLOBALS_FIELDS,
     ]
 )
 

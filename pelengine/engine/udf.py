@@ -1,19 +1,18 @@
 """The Arrow functions Spark runs on executors: routing and the grouped replay.
 
 Both factories capture only plain values (profile name, times, a dict), so
-what Spark pickles is small and does not depend on the driver's session.
+what Spark ships to the executors is small and does not depend on the driver's session.
 """
 
 from __future__ import annotations
 
 import hashlib
-import pickle
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
+from pelengine.model import persist
 from pelengine.model.replay import Replayer, command_name
 from pelengine.model.routing import SCOPE_KEYS, command_group, linked_keys, touched_keys
 from pelengine.model.state import Counters
@@ -154,7 +153,8 @@ def make_replay_function(
     ``keep_state`` (incremental runs): a row whose ``state`` column is set carries the
     family's saved model (it sorts first: its ``seq`` is the last one applied) and the
     replay continues from it; at the end the model is emitted as a ``state`` row
-    (pickled, compressed), with the count and an order-free digest of every row the
+    (``state_version`` and ``state``: the plain data of ``pelengine.model.persist``,
+    docs/state.md), with the count and an order-free digest of every row the
     family has received (``agg_n``/``agg_x``, so that changed history can be named);
     ``mark_n``/``mark_x`` are the same over the rows with ``seq <= mark_seq`` only.
 
@@ -223,10 +223,10 @@ def make_replay_function(
         agg_n, agg_x, mark_n, mark_x = 0, 0, 0, 0
         seeded = False
         for batch in batches:
-            cols = batch.to_pydict()
+            states = saved_states(batch)
+            cols = batch.select([n for n in batch.schema.names if n != "state"]).to_pydict()
             markers = cols.get("marker") or [False] * batch.num_rows
             exec_units = cols.get("exec_unit") or [None] * batch.num_rows
-            states = cols.get("state") or [None] * batch.num_rows
             silents = cols.get("silent") or [False] * batch.num_rows
             if "lead" in cols and batch.num_rows:
                 lead = bool(cols["lead"][0])
@@ -319,7 +319,7 @@ def make_replay_function(
                         "db": key[0].as_py(),
                         "family": key[1].as_py(),
                         "applied_seq": last_seq,
-                        "state_blob": dump_state(replayer, agg_n, agg_x),
+                        **dump_state(replayer),
                         "agg_n": agg_n,
                         "agg_x": agg_x,
                         "mark_n": mark_n,
@@ -331,31 +331,57 @@ def make_replay_function(
     return replay
 
 
-# 2: the model spills closed delivery records (it holds only those of pending entries;
-# delivery_counts continues from the previous table)
-STATE_FORMAT = 2
+def dump_state(replayer: Replayer) -> dict[str, Any]:
+    """A family's model between runs: its ``state_version`` and ``state`` columns."""
+    return persist.dump(replayer)
 
 
-class StateFormatError(ValueError):
-    """A saved family model written by another version of pelengine."""
+def saved_states(batch: pa.RecordBatch) -> list[dict[str, Any] | None]:
+    """The ``state`` column of the replay's input as Python (None where null): each
+    section converted column by column (Arrow converts nested structs row by row,
+    several times slower)."""
+    if "state" not in batch.schema.names:
+        return [None] * batch.num_rows
+    column = batch.column("state")
+    out: list[dict[str, Any] | None] = [None] * batch.num_rows
+    if column.null_count == len(column):
+        return out
+    with persist.bulk():
+        for i in range(len(column)):
+            if column[i].is_valid:
+                out[i] = _saved_state(column.slice(i, 1))
+    return out
 
 
-def dump_state(replayer: Replayer, agg_n: int, agg_x: int) -> bytes:
-    """A family's model between runs: the Replayer itself (pickled, zlib level 1)."""
-    return zlib.compress(pickle.dumps((STATE_FORMAT, replayer, agg_n, agg_x), protocol=5), 1)
+def _saved_state(saved: pa.StructArray) -> dict[str, Any]:
+    """One saved state (a ``SAVED_STATE_TYPE`` array of length 1) as Python."""
+    state = saved.field("state")
+    sections: dict[str, Any] | None = None
+    if state[0].is_valid:
+        sections = {}
+        for field, rows in zip(state.type, state.flatten(), strict=True):
+            if not rows[0].is_valid:
+                sections[field.name] = None
+                continue
+            values = rows.flatten()
+            names = [f.name for f in values.type]
+            fields = [child.to_pylist() for child in values.flatten()]
+            rows_of = zip(*fields, strict=True)
+            sections[field.name] = [dict(zip(names, v, strict=True)) for v in rows_of]
+    return {
+        "state_version": saved.field("state_version")[0].as_py(),
+        "state": sections,
+        "agg_n": saved.field("agg_n")[0].as_py(),
+        "agg_x": saved.field("agg_x")[0].as_py(),
+    }
 
 
-def load_state(blob: bytes) -> tuple[Replayer, int, int]:
-    """The Replayer saved by :func:`dump_state`, with this run's counters zeroed."""
-    fmt, replayer, agg_n, agg_x = pickle.loads(zlib.decompress(blob))
-    if fmt != STATE_FORMAT:
-        raise StateFormatError(
-            f"a saved family model has state format {fmt}, this version of pelengine reads "
-            f"format {STATE_FORMAT}: rebuild from the full history (write to a new --out, "
-            "or remove the output directory)"
-        )
+def load_state(saved: dict[str, Any]) -> tuple[Replayer, int, int]:
+    """The Replayer of a seed row's ``state`` (``SAVED_STATE_TYPE``), with this run's
+    counters zeroed, and the family's ``agg_n``/``agg_x``."""
+    replayer = persist.load({"state_version": saved["state_version"], "state": saved["state"]})
     replayer.reset_counters()
-    return replayer, agg_n, agg_x
+    return replayer, saved["agg_n"], saved["agg_x"]
 
 
 def row_digest(

@@ -17,7 +17,7 @@ class Carry:
     as_of_ms: int | None
     as_of_seq: int | None
     family_of: dict[tuple[int, str], str]  # keys tied into one family so far
-    states: DataFrame  # db, family, applied_seq, state_blob, agg_n, agg_x
+    states: DataFrame  # db, family, applied_seq, state_version, state, agg_n, agg_x
     previous: dict[str, DataFrame]  # every output table as it is now (+ rejected_events)
     waits: list[tuple[str, int, str]]  # (client, db, family) of every blocking read so far
     select_db: int = 0  # the db of the last SELECT (for rows that carry none)

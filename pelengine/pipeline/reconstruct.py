@@ -15,7 +15,6 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
-    BinaryType,
     LongType,
 )
 
@@ -50,6 +49,7 @@ from pelengine.progress import Progress, quiet
 from pelengine.schemas import (
     EVENTS_SCHEMA,
     OUTPUT_TABLES,
+    SAVED_STATE_TYPE,
     TABLE_COLUMNS,
 )
 from pelengine.settings import Settings
@@ -183,7 +183,7 @@ def reconstruct(
             assert states_in is not None
             rows = _seed_rows(rows, states_in)
         else:
-            rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
+            rows = rows.withColumn("state", F.lit(None).cast(SAVED_STATE_TYPE))
     lap(
         "route",
         f"{split_stats['families_split']} stream famil(ies) split into "
@@ -223,7 +223,7 @@ def reconstruct(
     )
     states: DataFrame | None = None
     if options.incremental:
-        state_cols = ("db", "family", "applied_seq", "state_blob", "agg_n", "agg_x")
+        state_cols = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
         states = replayed.filter(F.col("table") == "state").select(*state_cols, "mark_n", "mark_x")
         if carry is not None:
             assert states_in is not None

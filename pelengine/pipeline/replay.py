@@ -9,7 +9,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
-    BinaryType,
     LongType,
     StringType,
 )
@@ -19,6 +18,7 @@ from pelengine.pipeline.route import _whole_family_unit
 from pelengine.pipeline.units import EXEC_UNIT
 from pelengine.schemas import (
     REPLAY_OUTPUT_SCHEMA,
+    SAVED_STATE_TYPE,
 )
 
 
@@ -101,7 +101,7 @@ def check_replay_plan(replayed: DataFrame) -> None:
 
 def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
     """``rows`` with a null ``state`` column, plus the saved state of every family they reach."""
-    rows = rows.withColumn("state", F.lit(None).cast(BinaryType()))
+    rows = rows.withColumn("state", F.lit(None).cast(SAVED_STATE_TYPE))
     reached = rows.select("db", "family").distinct()
     seeds = states.join(reached, ["db", "family"], "inner").select(
         F.col("applied_seq").alias("seq"),
@@ -114,6 +114,6 @@ def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
         F.lit(False).alias("marker"),
         F.lit(None).cast(LongType()).alias(EXEC_UNIT),
         *_whole_family_unit(),
-        F.col("state_blob").alias("state"),
+        F.struct("state_version", "state", "agg_n", "agg_x").alias("state"),
     )
     return rows.unionByName(seeds)

@@ -3,10 +3,10 @@
 The state table ``<out>/_state`` holds, after every incremental run:
 
 * one ``family`` row per family of stream keys replayed so far: the whole model
-  (the pure ``Replayer``, pickled and compressed: streams, groups, PELs, the
-  delivery records of pending entries, blocked clients, open MULTI units), the
-  last ``seq`` it applied, and the count and an order-free digest of every row it
-  received; it grows with the PELs and streams, not with the history;
+  (the pure ``Replayer`` as plain data with a schema version, docs/state.md: streams,
+  groups, PELs, the delivery records of pending entries, blocked clients, open MULTI
+  units), the last ``seq`` it applied, and the count and an order-free digest of every
+  row it received; it grows with the PELs and streams, not with the history;
 * one ``run`` row: the events table's Delta version the state corresponds to, the
   largest ``seq`` read (``high_seq``), the snapshot time, the count and digest of
   every input row with ``seq <= high_seq`` (and of rows with a null ``seq``), the
@@ -46,7 +46,6 @@ have written them) are replaced, never duplicated.
 from __future__ import annotations
 
 import json
-import pickle
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -55,9 +54,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine import storage
+from pelengine.model.persist import STATE_SCHEMA_VERSION
 from pelengine.pipeline.carry import Carry
 from pelengine.pipeline.conform import InputContractError, conform_events
-from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
+from pelengine.pipeline.reconstruct.reconstruct import ReconstructResult, reconstruct
 from pelengine.progress import Progress, quiet
 from pelengine.runs.output import count_rejected, finish_report, write_outputs
 from pelengine.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
@@ -65,9 +65,6 @@ from pelengine.settings import Settings
 
 STATE_TABLE = "_state"
 TXN_APP_ID = "pelengine-incremental"
-# 2: family models keep only the delivery records of pending entries; delivery_counts
-# continues from the table version the run row names (``delivery_counts_version``)
-GLOBALS_FORMAT = 2
 
 
 class StateMismatchError(InputContractError):
@@ -110,15 +107,26 @@ def read_state(
     run = table.filter(F.col("kind") == "run").first()
     if run is None:
         return None, None
-    blob = run["state_blob"]
-    fmt, globals_ = pickle.loads(blob) if blob is not None else (GLOBALS_FORMAT, {})
-    if fmt != GLOBALS_FORMAT:
+    found = run["state_version"] if "state_version" in table.columns else None
+    if found == STATE_SCHEMA_VERSION:
+        versions = table.select("state_version")
+        other = versions.filter(F.col("state_version") != STATE_SCHEMA_VERSION).first()
+        found = other["state_version"] if other is not None else found
+    if found != STATE_SCHEMA_VERSION:
+        written = "by an older pelengine (no version)" if found is None else f"version {found}"
         raise StateMismatchError(
-            f"{path}: the saved state has format {fmt}, this version of pelengine reads format "
-            f"{GLOBALS_FORMAT} and cannot continue it. Rebuild from the full history: run "
-            f"again with a new --out, or remove {out_path} first (its tables' columns "
-            "changed too)"
+            f"{path}: the saved state has state schema {written}, this version of pelengine "
+            f"reads state schema version {STATE_SCHEMA_VERSION} and cannot continue it. "
+            f"Rebuild from the full history: run again with a new --out, or remove {out_path} "
+            "first (its tables' columns changed too)"
         )
+    globals_ = {
+        "select_db": run["select_db"],
+        "open_units": {u["client"]: u["ts_ms"] for u in run["open_units"] or []},
+        "waits": [(w["client"], w["db"], w["family"]) for w in run["waits"] or []],
+        "family_of": {(f["db"], f["key"]): f["family"] for f in run["family_of"] or []},
+        "delivery_counts_version": run["delivery_counts_version"],
+    }
     saved = SavedRun(
         events_version=int(run["events_version"]),
         high_seq=run["high_seq"],
@@ -131,7 +139,7 @@ def read_state(
         globals=globals_,
     )
     families = table.filter(F.col("kind") == "family").select(
-        "db", "family", "applied_seq", "state_blob", "agg_n", "agg_x"
+        "db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x"
     )
     return saved, families
 
@@ -301,19 +309,35 @@ def run_incremental(
         "digest_upto_high": x_upto,
         "rows_null_seq": null_rows,
         "options": json.dumps(wanted, sort_keys=True),
-        "state_blob": pickle.dumps((GLOBALS_FORMAT, carried), protocol=5),
+        "state_version": STATE_SCHEMA_VERSION,
+        "select_db": carried["select_db"],
+        "open_units": [{"client": c, "ts_ms": t} for c, t in carried["open_units"].items()],
+        "waits": [{"client": c, "db": db, "family": f} for c, db, f in carried["waits"]],
+        "family_of": [
+            {"db": db, "key": k, "family": f} for (db, k), f in carried["family_of"].items()
+        ],
+        "delivery_counts_version": carried["delivery_counts_version"],
     }
     state_df = states.select(
         F.lit("family").alias("kind"),
         "db",
         "family",
         "applied_seq",
-        "state_blob",
+        "state_version",
+        "state",
         "agg_n",
         "agg_x",
     ).unionByName(
         spark.createDataFrame([run_row], STATE_TABLE_SCHEMA).select(
-            "kind", "db", "family", "applied_seq", "state_blob", "agg_n", "agg_x", *_RUN_COLUMNS
+            "kind",
+            "db",
+            "family",
+            "applied_seq",
+            "state_version",
+            "state",
+            "agg_n",
+            "agg_x",
+            *_RUN_COLUMNS,
         ),
         allowMissingColumns=True,
     )
@@ -346,6 +370,11 @@ _RUN_COLUMNS = (
     "digest_upto_high",
     "rows_null_seq",
     "options",
+    "select_db",
+    "open_units",
+    "waits",
+    "family_of",
+    "delivery_counts_version",
 )
 
 

@@ -11,22 +11,29 @@ and ``rejected_events``) must equal what one full run over the whole table gives
 from __future__ import annotations
 
 import os
-import pickle
 import random
-import zlib
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StructField, StructType
 
-from pelengine.engine.udf import StateFormatError, load_state
+from pelengine.engine.udf import _arrow_schema, dump_state, load_state, saved_states
 from pelengine.generate import generate_events
 from pelengine.model import Replayer
+from pelengine.model.persist import StateVersionError, dump
 from pelengine.runs.full import run_reconstruct
 from pelengine.runs.incremental import StateMismatchError
-from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, STATE_TABLE_SCHEMA
+from pelengine.schemas import (
+    EVENTS_SCHEMA,
+    OUTPUT_TABLES,
+    REPLAY_OUTPUT_SCHEMA,
+    SAVED_STATE_TYPE,
+    STATE_TABLE_SCHEMA,
+)
 from pelengine.settings import Settings
 from pelengine.storage import read_table, table_version, write_table
 
@@ -268,16 +275,91 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
     run_reconstruct(spark, str(events), str(full), Settings())
     assert_tables_equal(spark, inc, full)
 
-    # a state saved by the version before spilling (format 1) is refused, saying what to do
-    rows_now = read_table(spark, str(inc / "_state")).collect()
-    old_run = pickle.dumps((1, {}), protocol=5)
-    old = [r.asDict() | ({"state_blob": old_run} if r["kind"] == "run" else {}) for r in rows_now]
-    write_table(spark.createDataFrame(old, STATE_TABLE_SCHEMA), str(inc / "_state"), "overwrite")
-    with pytest.raises(StateMismatchError, match=r"format 1, .* reads format 2 .*new --out"):
+    # the run row carries what crosses families as typed columns
+    state_path = str(inc / "_state")
+    rows_now = read_table(spark, state_path).collect()
+    (run,) = [r for r in rows_now if r["kind"] == "run"]
+    assert run["state_version"] == 1 and run["state"] is None and run["select_db"] == 0
+    assert run["delivery_counts_version"] == table_version(spark, str(inc / "delivery_counts"))
+    assert (0, "t", "s") in [(f["db"], f["key"], f["family"]) for f in run["family_of"]]
+    families = {r["family"]: r for r in rows_now if r["kind"] == "family"}
+    assert sorted(families) == ["other", "s"]
+    assert {k["key"] for k in families["s"]["state"]["keys"]} == {"t"}
+
+    # family models of another schema version are refused, naming both versions
+    newer = [r.asDict() | ({"state_version": 7} if r["kind"] == "family" else {}) for r in rows_now]
+    write_table(spark.createDataFrame(newer, STATE_TABLE_SCHEMA), state_path, "overwrite")
+    with pytest.raises(StateMismatchError, match=r"schema version 7, .* reads state schema "):
+        run_reconstruct(spark, str(events), str(inc), options)
+    # a state pickled by an older pelengine (a state_blob, no version) is refused too
+    old = spark.createDataFrame(
+        [("run", None, None, 5, b"x", 1, 1), ("family", 0, "s", 3, b"x", 1, 1)],
+        "kind string, db int, family string, applied_seq long, state_blob binary, "
+        "agg_n long, agg_x long",
+    )
+    write_table(old, state_path, "overwrite", overwrite_schema=True)
+    with pytest.raises(StateMismatchError, match=r"older pelengine .*version 1 .*new --out"):
         run_reconstruct(spark, str(events), str(inc), options)
 
 
-def test_a_family_model_of_another_format_is_refused_clearly() -> None:
-    blob = zlib.compress(pickle.dumps((1, Replayer("7.0"), 0, 0)))
-    with pytest.raises(StateFormatError, match=r"format 1, .* reads format 2: rebuild"):
-        load_state(blob)
+def _waiting_model() -> Replayer:
+    """A model with what only a mid-run model holds: IDs at 2^64-1, readers blocked
+    (with and without a deadline), a MULTI left open, a key of another type."""
+    top = "18446744073709551615"
+    r = Replayer("7.4", spill_closed_records=True)
+    rows = [
+        (["XADD", "s", f"{top}-{top}", "f", "v"], "w"),
+        (["XGROUP", "CREATE", "s", "g", "0"], "w"),
+        (["XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", ">"], "ra"),
+        (["XGROUP", "CREATE", "e", "g", "$", "MKSTREAM"], "w"),
+        (["XREADGROUP", "GROUP", "g", "b", "BLOCK", "0", "STREAMS", "e", ">"], "rb"),
+        (["XREADGROUP", "GROUP", "g", "c", "BLOCK", "50", "STREAMS", "e", ">"], "rc"),
+        (["SET", "x", "1"], "w"),
+        (["MULTI"], "m"),
+        (["XADD", "e", "*", "f", "v"], "m"),
+    ]
+    for seq, (argv, client) in enumerate(rows, start=1):
+        r.apply(seq, 1000 + seq, argv, 0, client)
+    r.drain_changes()
+    r.drain_pel_history()
+    return r
+
+
+def test_a_family_model_goes_through_arrow_unchanged() -> None:
+    """The ``state`` column's Arrow form (as the replay emits it, and reads it back from
+    the next night's seed rows among the events) holds the model exactly."""
+    model, other = _waiting_model(), Replayer("7.0")
+    assert model.blocked_clients() and model._units and model._ready
+    row = {"table": "state", "db": 0, "family": "s", "applied_seq": 9, **dump_state(model)}
+    row |= {"agg_n": 9, "agg_x": 123}
+    emitted = pa.RecordBatch.from_pylist([row], schema=_arrow_schema(REPLAY_OUTPUT_SCHEMA))
+    (back,) = emitted.to_pylist()
+    seed_schema = _arrow_schema(
+        StructType([StructField("seq", LongType()), StructField("state", SAVED_STATE_TYPE)])
+    )
+    seeds = [{k: back[k] for k in ("state_version", "state", "agg_n", "agg_x")}]
+    seeds.append({**dump_state(other), "agg_n": 1, "agg_x": 2})
+    batch = pa.RecordBatch.from_pylist(
+        [{"seq": 1}, {"seq": 2, "state": seeds[0]}, {"seq": 3}, {"seq": 4, "state": seeds[1]}],
+        schema=seed_schema,
+    )
+    states = saved_states(batch)
+    assert [s is None for s in states] == [True, False, True, False]
+    first, second = states[1], states[3]
+    assert first is not None and second is not None
+    loaded, agg_n, agg_x = load_state(first)
+    assert (agg_n, agg_x) == (9, 123)
+    want = dump(model)
+    want["state"]["model"][0].update(applied=0, ignored=0, failed=0)  # a new run counts anew
+    want["state"]["counts"] = []
+    assert dump(loaded) == want
+    assert load_state(second)[1:] == (1, 2)
+    assert saved_states(batch.slice(2)) == states[2:]
+    assert saved_states(batch.select(["seq"])) == [None] * 4
+
+
+def test_a_family_model_of_another_version_is_refused_clearly() -> None:
+    saved = {**dump(Replayer("7.0")), "agg_n": 0, "agg_x": 0}
+    saved["state_version"] = 7
+    with pytest.raises(StateVersionError, match=r"version 7 is not supported .*reads version 1"):
+        load_state(saved)
