@@ -9,6 +9,6 @@ The stages, each a module, in the order data flows through them:
 * :mod:`~pelengine.pipeline.replay`    - one shuffle, one sort, the engine's grouped UDF;
 * :mod:`~pelengine.pipeline.assemble`  - the output tables from the replay output.
 
-:func:`pelengine.pipeline.reconstruct.reconstruct` strings them together; the runs
+:func:`pelengine.pipeline.reconstruct` strings them together; the runs
 (:mod:`pelengine.runs`) read the events and write what it returns.
 """

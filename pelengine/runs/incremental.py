@@ -57,7 +57,7 @@ from pelengine import storage
 from pelengine.model.persist import STATE_SCHEMA_VERSION
 from pelengine.pipeline.carry import Carry
 from pelengine.pipeline.conform import InputContractError, conform_events
-from pelengine.pipeline.reconstruct.reconstruct import ReconstructResult, reconstruct
+from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
 from pelengine.progress import Progress, quiet
 from pelengine.runs.output import count_rejected, finish_report, write_outputs
 from pelengine.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
