@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 
 BEFORE = [  # (seq, ts, argv, client): s1 and s2 are untied so far
     (1, 100, ["XADD", "s1", "1-1", "f", "v"], "w"),
@@ -33,7 +33,7 @@ def _apply(r: Replayer, rows: list[tuple[int, int, list[str], str]]) -> None:
 
 
 def _tables(r: Replayer) -> dict[str, list[dict[str, object]]]:
-    out = r.snapshot(200, 14)
+    out = snapshot_tables(r, 200, 14)
     out["ownership_changes"] = r.drain_changes()
     out["pel_history_closed"] = r.drain_pel_history()
     return {k: sorted(v, key=repr) for k, v in out.items()}
