@@ -459,6 +459,7 @@ def engine_run(
     import resource
 
     from pelengine.model.replay import Replayer
+    from pelengine.model.snapshot import snapshot_tables
 
     replayer = Replayer(profile, node_max_entries=node_max_entries, node_max_bytes=node_max_bytes)
     apply = replayer.apply
@@ -489,8 +490,9 @@ def engine_run(
         ):
             apply(seq, ts_ms, argv, db, client)
         # as the job's UDF does after each batch: hand over the history rows
-        changes += len(replayer.drain_changes())
-        versions += len(replayer.drain_pel_history())
+        drained = replayer.drain_tables()  # column by column
+        changes += len(drained["ownership_changes"])
+        versions += len(drained["pel_history"])
         apply_s += time.perf_counter() - t2
         apply_cpu += time.process_time() - c2
         done += good.num_rows
@@ -501,7 +503,7 @@ def engine_run(
             say(f"  engine: {done:,} events applied, {rate:,.0f} events/s (model time)")
             next_report += 1_000_000
     t, c = time.perf_counter(), time.process_time()
-    tables = replayer.snapshot(last_ts or 0, last_seq or 0)
+    tables = snapshot_tables(replayer, last_ts or 0, last_seq or 0)
     snapshot_s = time.perf_counter() - t
     model_cpu = apply_cpu + time.process_time() - c
     wall_s = time.perf_counter() - started

@@ -214,7 +214,7 @@ def test_simulated_pel_agrees_with_the_model(profile: str) -> None:
     """The generator's light simulation and the Redis model end with the same PEL
     (owner and delivery time of every pending entry), and only `gen:invalid` rows fail."""
     from pelengine.generate import _Workload
-    from pelengine.model import Replayer
+    from pelengine.model import Replayer, snapshot_tables
 
     n = 3000
     w = _Workload(n, 8, seed=11, start_ms=1_700_000_000_000, faults=True)
@@ -228,7 +228,7 @@ def test_simulated_pel_agrees_with_the_model(profile: str) -> None:
         seen.add(r["seq"])
         outcome = replayer.apply(r["seq"], r["ts_ms"], r["argv"], r["db"] or 0, r["client"])
         assert (outcome.kind == "error") == (r["source"] == SOURCE_INVALID), (r, outcome)
-    snap = replayer.snapshot(rows[-1]["ts_ms"], rows[-1]["seq"])
+    snap = snapshot_tables(replayer, rows[-1]["ts_ms"], rows[-1]["seq"])
     model = {
         (p["db"], p["key"], p["group"], p["id"]): (p["consumer"], p["delivery_time_ms"])
         for p in snap["pel"]

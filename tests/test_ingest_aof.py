@@ -81,7 +81,7 @@ def test_manifest_order_db_and_times(tmp_path: Path) -> None:
 def test_a_propagated_claim_keeps_its_time_inside_a_unit(tmp_path: Path, profile: str) -> None:
     """7.2+ gives a unit one "now"; a loading server's is later than every recorded time,
     so it never clamps a propagated TIME: the delivery time is 1050, not the MULTI's 1000."""
-    from pelengine.model import Replayer
+    from pelengine.model import Replayer, snapshot_tables
 
     claim = ["XCLAIM", "s", "g", "c", "0", "1-0", "TIME", "1050"]
     incr = (
@@ -98,7 +98,7 @@ def test_a_propagated_claim_keeps_its_time_inside_a_unit(tmp_path: Path, profile
     replayer = Replayer(profile)
     for r in read.rows:
         replayer.apply(r["seq"], r["ts_ms"], r["argv"], r["db"], r["client"])
-    pel = replayer.snapshot(1050, read.rows[-1]["seq"])["pel"]
+    pel = snapshot_tables(replayer, 1050, read.rows[-1]["seq"])["pel"]
     assert [(p["id"], p["consumer"], p["delivery_time_ms"], p["delivery_count"]) for p in pel] == [
         ("1-0", "c", 1050, 1)
     ]

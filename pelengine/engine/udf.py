@@ -6,6 +6,7 @@ what Spark ships to the executors is small and does not depend on the driver's s
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,12 +14,102 @@ from typing import Any
 import pyarrow as pa
 
 from pelengine.model import persist
+from pelengine.model.calls import Columns
 from pelengine.model.replay import Replayer, command_name
 from pelengine.model.routing import SCOPE_KEYS, command_group, linked_keys, touched_keys
+from pelengine.model.snapshot import snapshot_columns
 from pelengine.model.state import Counters
 from pelengine.schemas import REPLAY_OUTPUT_SCHEMA
 
 OUTPUT_BATCH_ROWS = 8192
+# the rows of the fan-out events' outcomes, and the outcome counters of a replay
+OUTCOME_COLUMNS = ("seq", "stat_command", "stat_kind", "stat_error", "stat_count")
+STAT_COLUMNS = ("stat_command", "stat_kind", "stat_error", "stat_count")
+
+# The automatic collections of a Python worker once ``tune_worker_gc`` ran (Python's
+# default: 700, 10, 10): the youngest generation is collected after this many net
+# allocations of objects that can hold others, a full collection follows 10 x 10 of them.
+WORKER_GC_THRESHOLDS = (50_000, 10, 10)
+# A full collection before the next replay once the replays finished since the last
+# one left this many consumers and pending entries (see ``tune_worker_gc``).
+GC_AFTER_FINISHED = 200_000
+_worker_gc_tuned = False
+_finished_cycles = 0
+
+
+def tune_worker_gc() -> None:
+    """Once per Python worker process: collect, freeze what survives (the interpreter,
+    Spark's worker, the libraries: never garbage) so that no later collection scans it
+    again (the daemon's ``gc.collect()`` after every task included), and make the
+    automatic collections rarer (``WORKER_GC_THRESHOLDS``): the replay allocates few
+    objects that hold others (its history rows are columns of plain values, read and
+    written column by column).
+
+    What a finished replay leaves is freed by a collection only (each consumer and its
+    pending entries reference each other); rarer automatic collections would let it
+    pile up over the families of a task, so the replays count it and a full collection
+    runs before the next one once it reaches ``GC_AFTER_FINISHED``
+    (``_finishing``, ``_collect_finished``)."""
+    global _worker_gc_tuned
+    if _worker_gc_tuned:
+        return
+    _worker_gc_tuned = True
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)
+
+
+def _collect_finished() -> None:
+    """Before a replay: a full collection once the replays finished since the last one
+    left ``GC_AFTER_FINISHED`` consumers and pending entries (tuned workers only)."""
+    global _finished_cycles
+    if _worker_gc_tuned and _finished_cycles >= GC_AFTER_FINISHED:
+        _finished_cycles = 0
+        gc.collect()
+
+
+def _finishing(left: int) -> None:
+    """A replay ends and its model, with ``left`` consumers and pending entries, with it."""
+    global _finished_cycles
+    _finished_cycles += left
+
+
+def _in_spark_worker() -> bool:
+    """Whether this runs in a Spark task (not in the driver, nor in a test calling a
+    function directly)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is there wherever Spark runs this
+        return False
+    return TaskContext.get() is not None
+
+
+def _values(column: pa.Array) -> list[Any]:
+    """An input column's values as Python objects, with no dict per row: integers and
+    booleans without nulls through numpy (a tenth of the cost of ``to_pylist``); lists
+    without nulls (``argv``) as slices of their values."""
+    n = len(column)
+    nulls = column.null_count
+    if nulls == n:
+        return [None] * n
+    kind = column.type
+    if nulls == 0:
+        if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+            return column.to_numpy(zero_copy_only=False).tolist()
+        if pa.types.is_list(kind):
+            flat = column.flatten().to_pylist()  # the values of this slice only
+            offsets = column.offsets.to_numpy()
+            bounds = (offsets - offsets[0]).tolist()
+            return [flat[start:stop] for start, stop in zip(bounds, bounds[1:], strict=False)]
+    return column.to_pylist()
+
+
+def _column(batch: pa.RecordBatch, name: str, default: Any = None) -> list[Any]:
+    """The values of the column ``name`` (``default`` in every row when there is none)."""
+    i = batch.schema.get_field_index(name)
+    if i < 0:
+        return [default] * batch.num_rows
+    return _values(batch.column(i))
 
 
 def _arrow_schema(spark_schema: Any) -> pa.Schema:
@@ -33,8 +124,8 @@ LINKS_ARROW_SCHEMA = pa.schema([("db", pa.int32()), ("links", pa.list_(pa.string
 def links_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """For RENAME/XREADGROUP rows: the keys that must share one replay (mapInArrow)."""
     for batch in batches:
-        dbs = batch.column("db").to_pylist()
-        argvs = batch.column("argv").to_pylist()
+        dbs = _column(batch, "db")
+        argvs = _column(batch, "argv")
         out_db: list[int] = []
         out_links: list[list[str]] = []
         for db, argv in zip(dbs, argvs, strict=True):
@@ -67,10 +158,12 @@ def make_router(
     reach no stream, the outcome a fresh model gives them (``pre_kind``/``pre_error``)."""
 
     def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if _in_spark_worker():
+            tune_worker_gc()
         blank = Replayer(profile, record_changes=False)
         for batch in batches:
-            dbs = batch.column("db").to_pylist()
-            argvs = batch.column("argv").to_pylist()
+            dbs = _column(batch, "db")
+            argvs = _column(batch, "argv")
             scopes: list[str] = []
             families: list[list[str]] = []
             commands: list[str] = []
@@ -171,39 +264,67 @@ def make_replay_function(
     schema = _arrow_schema(REPLAY_OUTPUT_SCHEMA)
     groups_of = {k: frozenset(v) for k, v in (unit_groups or {}).items()}
     as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
+    # the history tables whose rows carry as_of_* (the snapshot's have it already)
+    with_as_of = ("ownership_changes", "pel_history")
+
+    def emit_columns(
+        table: str, cols: Columns, constants: dict[str, Any] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """``cols`` as batches of ``REPLAY_OUTPUT_SCHEMA`` (at most ``OUTPUT_BATCH_ROWS``
+        rows each): ``table`` and ``constants`` in every row, null where a column is not
+        the table's."""
+        n = len(cols)
+        if not n:
+            return
+        values = dict(zip(cols.names, cols.lists, strict=True))
+        unknown = [name for name in values if schema.get_field_index(name) < 0]
+        if unknown:
+            raise ValueError(f"{table} rows have columns the replay output lacks: {unknown}")
+        for start in range(0, n, OUTPUT_BATCH_ROWS):
+            stop = min(start + OUTPUT_BATCH_ROWS, n)
+            size = stop - start
+            whole = size == n
+            arrays = []
+            for field in schema:
+                name = field.name
+                column = values.get(name)
+                if column is not None:
+                    arrays.append(pa.array(column if whole else column[start:stop], field.type))
+                elif name == "table":
+                    arrays.append(pa.repeat(pa.scalar(table, field.type), size))
+                elif constants is not None and name in constants:
+                    arrays.append(pa.repeat(pa.scalar(constants[name], field.type), size))
+                else:
+                    arrays.append(pa.nulls(size, field.type))
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def emit(table: str, rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
-        for start in range(0, len(rows), OUTPUT_BATCH_ROWS):
-            chunk = rows[start : start + OUTPUT_BATCH_ROWS]
-            for row in chunk:
-                row["table"] = table
-            yield pa.RecordBatch.from_pylist(chunk, schema=schema)
+        """A few rows given as dicts (see ``emit_columns``)."""
+        names = list(dict.fromkeys(name for row in rows for name in row))
+        yield from emit_columns(table, Columns.from_rows(names, rows))
 
     def replay(
         key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
     ) -> Iterator[pa.RecordBatch]:
-        def own_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        def owned(cols: Columns) -> Columns:
             """In a unit of a family split by group: its groups' rows, and the rows of
             no group (``streams``) only in the family's lead unit."""
             if own is None:
-                return rows
-            if rows and "group" in rows[0]:
-                return [r for r in rows if r["group"] in own]
-            return rows if lead else []
+                return cols
+            if "group" in cols.names:
+                groups = cols.column("group")
+                keep = [i for i, group in enumerate(groups) if group in own]
+                return cols if len(keep) == len(groups) else cols.subset(keep)
+            return cols if lead else Columns(cols.names)
 
         def drained() -> Iterator[pa.RecordBatch]:
             """What the replay recorded since the last call, as output rows."""
-            changes = own_rows(replayer.drain_changes())
-            for row in changes:
-                row.update(as_of)
-            yield from emit("ownership_changes", changes)
-            versions = own_rows(replayer.drain_pel_history())
-            for row in versions:
-                row.update(as_of)
-            yield from emit("pel_history", versions)
-            yield from emit("delivery_segments", own_rows(replayer.drain_delivery_segments()))
-            yield from emit("group_incarnations", own_rows(replayer.drain_group_incarnations()))
+            for table, cols in replayer.drain_tables().items():
+                yield from emit_columns(table, owned(cols), as_of if table in with_as_of else None)
 
+        if _in_spark_worker():
+            tune_worker_gc()
+        _collect_finished()  # what the replays before this one left
         replayer = Replayer(
             profile,
             node_max_entries=node_max_entries,
@@ -218,29 +339,25 @@ def make_replay_function(
         lead = True
         last_seq: int | None = None
         # outcomes of fan-out events: rows drained per batch, counts kept for the stats
-        fanout_outcomes: list[dict[str, Any]] = []
+        fanout_outcomes = Columns(OUTCOME_COLUMNS)
         fanout_counts: dict[tuple[str, str | None], int] = {}
         agg_n, agg_x, mark_n, mark_x = 0, 0, 0, 0
         seeded = False
         for batch in batches:
-            states = saved_states(batch)
-            cols = batch.select([n for n in batch.schema.names if n != "state"]).to_pydict()
-            markers = cols.get("marker") or [False] * batch.num_rows
-            exec_units = cols.get("exec_unit") or [None] * batch.num_rows
-            silents = cols.get("silent") or [False] * batch.num_rows
-            if "lead" in cols and batch.num_rows:
-                lead = bool(cols["lead"][0])
+            # column by column: no dict per row, numbers through numpy
+            if "lead" in batch.schema.names and batch.num_rows:
+                lead = bool(batch.column("lead")[0].as_py())
             for seq, ts_ms, argv, db, client, fanout, marker, exec_unit, saved, silent in zip(
-                cols["seq"],
-                cols["ts_ms"],
-                cols["argv"],
-                cols["db"],
-                cols["client"],
-                cols["fanout"],
-                markers,
-                exec_units,
-                states,
-                silents,
+                _column(batch, "seq"),
+                _column(batch, "ts_ms"),
+                _column(batch, "argv"),
+                _column(batch, "db"),
+                _column(batch, "client"),
+                _column(batch, "fanout"),
+                _column(batch, "marker", False),
+                _column(batch, "exec_unit"),
+                saved_states(batch),
+                _column(batch, "silent", False),
                 strict=True,
             ):
                 if saved is not None:
@@ -291,24 +408,18 @@ def make_replay_function(
                     replayer.counters.commands[command_name(argv)] -= 1
                     kind_error = (outcome.kind, outcome.error)
                     fanout_counts[kind_error] = fanout_counts.get(kind_error, 0) + 1
-                    fanout_outcomes.append(
-                        {
-                            "seq": seq,
-                            "stat_command": command_name(argv),
-                            "stat_kind": outcome.kind,
-                            "stat_error": outcome.error,
-                            "stat_count": 1,
-                        }
-                    )
+                    fanout_outcomes.append(seq, command_name(argv), outcome.kind, outcome.error, 1)
             yield from drained()
-            yield from emit("outcome", fanout_outcomes)
-            fanout_outcomes = []
+            yield from emit_columns("outcome", fanout_outcomes.take())
         # the family's last execution unit ends with its rows: readers it unblocked
         replayer.settle()
         yield from drained()
-        for table, rows in replayer.snapshot(as_of_ms, as_of_seq).items():
-            yield from emit(table, own_rows(rows))
-        yield from emit("stats", _stat_rows(replayer, fanout_counts))
+        tables = snapshot_columns(replayer, as_of_ms, as_of_seq)
+        # once this replay ends, its model is garbage (see tune_worker_gc)
+        _finishing(len(tables["pel"]) + len(tables["ownership"]) + 1)
+        for table, cols in tables.items():
+            yield from emit_columns(table, owned(cols))
+        yield from emit_columns("stats", _stat_columns(replayer, fanout_counts))
         if keep_state:
             # the open records were emitted as segments: the saved model counts anew
             replayer.restart_open_records()
@@ -392,9 +503,7 @@ def row_digest(
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big") >> 1
 
 
-def _stat_rows(
-    replayer: Replayer, fanout: dict[tuple[str, str | None], int]
-) -> list[dict[str, Any]]:
+def _stat_columns(replayer: Replayer, fanout: dict[tuple[str, str | None], int]) -> Columns:
     """Counters of the non-fan-out commands this replay applied, per command and outcome."""
     # Fan-out commands are counted once per event by the pipeline, from "outcome" rows.
     # The replayer's per-kind counters include them, so they are subtracted here.
@@ -418,7 +527,7 @@ def _stat_rows(
             counts[("*", "error", error)] = count
     for note, count in replayer.notes.items():
         counts[("*", "note", note)] = count
-    return [
-        {"stat_command": cmd, "stat_kind": kind, "stat_error": err, "stat_count": n}
-        for (cmd, kind, err), n in counts.items()
-    ]
+    rows = Columns(STAT_COLUMNS)
+    for (cmd, kind, err), n in counts.items():
+        rows.append(cmd, kind, err, n)
+    return rows

@@ -1,10 +1,11 @@
 """One handler per Redis command, applying its effects to the model.
 
-Every handler receives the replayer (the keyspace and the history recorder)
-and the call (argv, db, the command's "now"). A handler that finds an argument
-Redis would refuse raises ``CommandError`` before changing anything, so that a
-rejected command has no effect, as in Redis. Parsing order follows the server,
-so the same malformed command fails for the same reason.
+Every handler receives the replayer (the keyspace and the history recorder),
+known here only as ``calls.Model``, and the call (argv, db, the command's "now").
+A handler that finds an argument Redis would refuse raises ``CommandError``
+before changing anything, so that a rejected command has no effect, as in Redis.
+Parsing order follows the server, so the same malformed command fails for the
+same reason.
 
 The behaviour of each command is described in its docstring: syntax, effects on
 the stream and its groups, and side effects (consumer creation, seen and active
@@ -16,9 +17,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pelengine.model import listpack as lp
+from pelengine.model.calls import BlockedRead, Call, Model
 from pelengine.model.ids import (
     MAX_ID,
     U64_MAX,
@@ -41,10 +42,6 @@ from pelengine.model.state import (
     Stream,
 )
 from pelengine.model.units import LUA_CLIENT
-
-if TYPE_CHECKING:
-    from pelengine.model.replay import BlockedRead, Call, Replayer
-
 
 LISTPACK_MAX_SIZE = 1 << 30
 BLOCKED_DEFAULT_COUNT = 1000  # 7.0 serves a blocked reader without COUNT this many entries
@@ -246,7 +243,7 @@ def _parse_add_or_trim(argv: list[str], xadd: bool) -> tuple[int, TrimArgs]:
 
 
 def append_entry(
-    r: Replayer, stream: Stream, entry_id: StreamID, fields: list[str], values: list[str]
+    r: Model, stream: Stream, entry_id: StreamID, fields: list[str], values: list[str]
 ) -> None:
     """Add an entry at the tail, opening a new node when the tail node is full
     (``stream-node-max-entries`` entries, or ``stream-node-max-bytes`` bytes)."""
@@ -301,7 +298,7 @@ def delete_entry(stream: Stream, entry_id: StreamID) -> None:
         _mark_deleted(node, 1)
 
 
-def _approx_limit(args: TrimArgs, r: Replayer) -> int:
+def _approx_limit(args: TrimArgs, r: Model) -> int:
     if not args.approx:
         return 0
     if args.limit:
@@ -312,7 +309,7 @@ def _approx_limit(args: TrimArgs, r: Replayer) -> int:
     return min(limit, 1_000_000)
 
 
-def _trim(r: Replayer, call: Call, key: str, stream: Stream, args: TrimArgs) -> int:
+def _trim(r: Model, call: Call, key: str, stream: Stream, args: TrimArgs) -> int:
     """Remove entries from the head as MAXLEN/MINID asks; returns how many.
 
     Walks the internal nodes from the head: a node is dropped whole when the
@@ -367,7 +364,7 @@ def _trim(r: Replayer, call: Call, key: str, stream: Stream, args: TrimArgs) -> 
     return deleted
 
 
-def xadd(r: Replayer, call: Call) -> None:
+def xadd(r: Model, call: Call) -> None:
     """XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT n]] <*|id|ms-*> field value ...
 
     Appends an entry. ``*`` takes max(now, last_id.ms) with the next sequence;
@@ -424,7 +421,7 @@ def xadd(r: Replayer, call: Call) -> None:
         _trim(r, call, key, stream, args)
 
 
-def xtrim(r: Replayer, call: Call) -> None:
+def xtrim(r: Model, call: Call) -> None:
     """XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT n]
 
     Removes entries from the head of the stream. A missing key is not an
@@ -438,7 +435,7 @@ def xtrim(r: Replayer, call: Call) -> None:
     _trim(r, call, call.argv[1], stream, args)
 
 
-def xdel(r: Replayer, call: Call) -> None:
+def xdel(r: Model, call: Call) -> None:
     """XDEL key id [id ...]
 
     Deletes entries by ID (all IDs are parsed first: one bad ID fails the whole
@@ -473,7 +470,7 @@ def xdel(r: Replayer, call: Call) -> None:
 # --------------------------------------------------------------------------
 
 
-def _get_or_create_consumer(r: Replayer, group: Group, name: str, now: int) -> Consumer:
+def _get_or_create_consumer(r: Model, group: Group, name: str, now: int) -> Consumer:
     consumer = group.consumers.get(name)
     if consumer is None:
         consumer = Consumer(name, now)
@@ -482,7 +479,7 @@ def _get_or_create_consumer(r: Replayer, group: Group, name: str, now: int) -> C
 
 
 def _serve_new(
-    r: Replayer,
+    r: Model,
     call: Call,
     key: str,
     stream: Stream,
@@ -521,7 +518,7 @@ def _serve_new(
 
 
 def _serve_history(
-    r: Replayer,
+    r: Model,
     call: Call,
     key: str,
     stream: Stream,
@@ -541,7 +538,7 @@ def _serve_history(
             r.record(call, key, group, entry_id, "redelivered", consumer, consumer, nack)
 
 
-def xreadgroup(r: Replayer, call: Call) -> None:
+def xreadgroup(r: Model, call: Call) -> None:
     """XREADGROUP GROUP g c [COUNT n] [BLOCK ms] [NOACK] STREAMS key [key ...] id [id ...]
 
     For each stream: with ``>``, delivers entries after the group's last_id
@@ -641,7 +638,7 @@ def xreadgroup(r: Replayer, call: Call) -> None:
         r.block(call, keys, group_name, consumer_name, count, noack, block_ms)
 
 
-def serve_blocked_7_0(r: Replayer, call: Call, key: str, blocked: BlockedRead) -> bool:
+def serve_blocked_7_0(r: Model, call: Call, key: str, blocked: BlockedRead) -> bool:
     """Redis 7.0 serving a reader blocked on ``key`` after the key was signalled.
 
     Returns True when the reader is unblocked: served (entries after the group's
@@ -668,7 +665,7 @@ def serve_blocked_7_0(r: Replayer, call: Call, key: str, blocked: BlockedRead) -
 # --------------------------------------------------------------------------
 
 
-def _lookup_group(r: Replayer, call: Call) -> tuple[Stream, Group]:
+def _lookup_group(r: Model, call: Call) -> tuple[Stream, Group]:
     stream = r.lookup_stream(call.db, call.argv[1])
     group = stream.groups.get(call.argv[2]) if stream is not None else None
     if stream is None or group is None:
@@ -677,7 +674,7 @@ def _lookup_group(r: Replayer, call: Call) -> tuple[Stream, Group]:
 
 
 def _drop_dangling(
-    r: Replayer, call: Call, key: str, group: Group, entry_id: StreamID, nack: PendingEntry
+    r: Model, call: Call, key: str, group: Group, entry_id: StreamID, nack: PendingEntry
 ) -> None:
     """A claim found the entry gone from the stream: the PEL entry is removed."""
     del group.pel[entry_id]
@@ -687,7 +684,7 @@ def _drop_dangling(
 
 
 def _claim(
-    r: Replayer,
+    r: Model,
     call: Call,
     key: str,
     group: Group,
@@ -714,7 +711,7 @@ def _claim(
     r.record(call, key, group, entry_id, "claimed", previous, consumer, nack)
 
 
-def xclaim(r: Replayer, call: Call) -> None:
+def xclaim(r: Model, call: Call) -> None:
     """XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME ms] [RETRYCOUNT n]
     [FORCE] [JUSTID] [LASTID id]
 
@@ -797,7 +794,7 @@ def xclaim(r: Replayer, call: Call) -> None:
         _claim(r, call, key, group, entry_id, nack, consumer, delivery_time, retrycount, justid)
 
 
-def xautoclaim(r: Replayer, call: Call) -> None:
+def xautoclaim(r: Model, call: Call) -> None:
     """XAUTOCLAIM key group consumer min-idle-time start [COUNT n] [JUSTID]
 
     Scans the group PEL in ID order from ``start`` (``(id`` excludes it),
@@ -875,7 +872,7 @@ def xautoclaim(r: Replayer, call: Call) -> None:
     call.result = cursor
 
 
-def xack(r: Replayer, call: Call) -> None:
+def xack(r: Model, call: Call) -> None:
     """XACK key group id [id ...]
 
     Removes the given IDs from the group PEL (and their owners' PELs); unknown
@@ -904,7 +901,7 @@ def xack(r: Replayer, call: Call) -> None:
 _XGROUP_ARITY = {"create": -5, "setid": -5, "destroy": 4, "createconsumer": 5, "delconsumer": 5}
 
 
-def xgroup(r: Replayer, call: Call) -> None:
+def xgroup(r: Model, call: Call) -> None:
     """XGROUP CREATE key group id|$ [MKSTREAM] [ENTRIESREAD n]
     XGROUP SETID key group id|$ [ENTRIESREAD n]
     XGROUP DESTROY key group
@@ -1002,7 +999,7 @@ def xgroup(r: Replayer, call: Call) -> None:
             consumer.pel.clear()
 
 
-def xsetid(r: Replayer, call: Call) -> None:
+def xsetid(r: Model, call: Call) -> None:
     """XSETID key last-id [ENTRIESADDED n] [MAXDELETEDID id]
 
     Sets the stream's last generated ID (not below its last entry), and
@@ -1052,7 +1049,7 @@ def xsetid(r: Replayer, call: Call) -> None:
 # --------------------------------------------------------------------------
 
 
-def del_keys(r: Replayer, call: Call) -> None:
+def del_keys(r: Model, call: Call) -> None:
     """DEL key [key ...] / UNLINK key [key ...]
 
     Removes each key that exists; a stream goes with its groups and PELs (their
@@ -1062,7 +1059,7 @@ def del_keys(r: Replayer, call: Call) -> None:
         r.delete_key(call, call.db, key)
 
 
-def rename(r: Replayer, call: Call) -> None:
+def rename(r: Model, call: Call) -> None:
     """RENAME src dst / RENAMENX src dst
 
     Moves the value of ``src`` to ``dst``, replacing what ``dst`` held (RENAMENX
@@ -1081,7 +1078,7 @@ def rename(r: Replayer, call: Call) -> None:
     r.move_key(call, call.db, src, dst)
 
 
-def flush(r: Replayer, call: Call) -> None:
+def flush(r: Model, call: Call) -> None:
     """FLUSHDB [ASYNC|SYNC] / FLUSHALL [ASYNC|SYNC]
 
     Removes every key of the current database (FLUSHALL: of all databases).
@@ -1092,7 +1089,7 @@ def flush(r: Replayer, call: Call) -> None:
     r.flush(call, None if call.command == "FLUSHALL" else call.db)
 
 
-def set_string(r: Replayer, call: Call) -> None:
+def set_string(r: Model, call: Call) -> None:
     """SET key value [NX|XX] [GET] [EX|PX|EXAT|PXAT n|KEEPTTL]
 
     Not a stream command, but it replaces whatever the key held, a stream
@@ -1116,7 +1113,7 @@ def set_string(r: Replayer, call: Call) -> None:
     r.set_other(call.db, key, "string")
 
 
-def mset(r: Replayer, call: Call) -> None:
+def mset(r: Model, call: Call) -> None:
     """MSET key value [key value ...]: replaces every key named, streams included."""
     argv = call.argv
     if len(argv) < 3 or len(argv) % 2 == 0:
@@ -1126,10 +1123,10 @@ def mset(r: Replayer, call: Call) -> None:
         r.set_other(call.db, key, "string")
 
 
-def make_type_writer(type_name: str) -> Callable[[Replayer, Call], None]:
+def make_type_writer(type_name: str) -> Callable[[Model, Call], None]:
     """A command that creates or updates a ``type_name`` value and fails on a stream key."""
 
-    def handler(r: Replayer, call: Call) -> None:
+    def handler(r: Model, call: Call) -> None:
         key = call.argv[1]
         current = r.lookup_any(call.db, key)
         if current is None:
@@ -1150,7 +1147,7 @@ def make_type_writer(type_name: str) -> Callable[[Replayer, Call], None]:
 LOAD_COMMAND = "PELENGINE.LOAD"
 
 
-def load(r: Replayer, call: Call) -> None:
+def load(r: Model, call: Call) -> None:
     """PELENGINE.LOAD BEGIN | KEY key type | STREAM key last_id entries_added
     max_deleted_id first_id | NODE key master_id nbytes nfields field... (id live)... |
     GROUP key group last_id entries_read | CONSUMER key group consumer seen_ms active_ms |
@@ -1219,7 +1216,7 @@ def _load_int(text: str) -> int:
     return value
 
 
-def _load_stream(r: Replayer, call: Call, key: str, args: list[str]) -> None:
+def _load_stream(r: Model, call: Call, key: str, args: list[str]) -> None:
     last_id = parse_strict_id(args[0])
     entries_added = _load_int(args[1])
     max_deleted = parse_strict_id(args[2])
@@ -1265,7 +1262,7 @@ def _loaded_group(stream: Stream, name: str) -> Group:
     return group
 
 
-def _load_pending(r: Replayer, call: Call, key: str, stream: Stream, args: list[str]) -> None:
+def _load_pending(r: Model, call: Call, key: str, stream: Stream, args: list[str]) -> None:
     group = _loaded_group(stream, args[0])
     rows = args[1:]
     parsed = []

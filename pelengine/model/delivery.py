@@ -5,7 +5,7 @@ A replayer keeping every ``DeliveryRecord`` holds one per entry ever delivered:
 memory that grows with the history. With ``Replayer(spill_closed_records=True)``
 a record leaves the model when its entry leaves the PEL (acked, dropped, its
 consumer deleted, its group destroyed, its key deleted) as one *segment* row;
-at the end (``snapshot``) the records still open are segments too. An entry
+at the end (``pelengine.model.snapshot``) the records still open are segments too. An entry
 delivered again after it closed (``XGROUP SETID`` back then a ``>`` read,
 ``XCLAIM ... FORCE``) starts a new segment, which a full replay would have
 added to the same record. :func:`merge_delivery_segments` puts them back
@@ -33,10 +33,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pelengine.model.ids import StreamID, format_id, to_bigint
+from pelengine.model.calls import Columns, Row
+from pelengine.model.ids import StreamID, id_parts
 from pelengine.model.state import DeliveryRecord, Group
-
-Row = dict[str, Any]
 
 # What identifies one row of delivery_counts across segments (the key may change).
 SEGMENT_IDENTITY = ("db", "group", "group_created_seq", "id")
@@ -66,48 +65,38 @@ INCARNATION_COLUMNS = ("db", "key", "group", "group_created_seq")
 PRIOR_SEGMENT_N = -1
 
 
-def _ids(entry_id: StreamID) -> Row:
-    return {
-        "id": format_id(entry_id),
-        "id_ms": to_bigint(entry_id.ms),
-        "id_seq": to_bigint(entry_id.seq),
-    }
+def append_segment(
+    sink: Columns,
+    db: int,
+    key: str,
+    group: Group,
+    entry_id: StreamID,
+    rec: DeliveryRecord,
+    segment_n: int,
+) -> None:
+    """One segment (``SEGMENT_COLUMNS``): ``rec`` as it closed (or as it is, still open,
+    at the end)."""
+    sink.append(
+        db,
+        key,
+        group.name,
+        group.created_seq,
+        *id_parts(entry_id),
+        rec.delivery_count,
+        rec.deliveries,
+        sorted(rec.owners),
+        rec.first_delivery_ms,
+        rec.last_delivery_ms,
+        rec.status,
+        rec.closed_ms,
+        segment_n,
+    )
 
 
-def record_fields(rec: DeliveryRecord) -> Row:
-    """The fields of a record (or segment) every delivery row carries."""
-    return {
-        "delivery_count": rec.delivery_count,
-        "deliveries": rec.deliveries,
-        "owners": len(rec.owners),
-        "owner_names": sorted(rec.owners),
-        "first_delivery_ms": rec.first_delivery_ms,
-        "last_delivery_ms": rec.last_delivery_ms,
-        "status": rec.status,
-        "closed_ms": rec.closed_ms,
-    }
-
-
-def segment_row(
-    db: int, key: str, group: Group, entry_id: StreamID, rec: DeliveryRecord, segment_n: int
-) -> Row:
-    """One segment: ``rec`` as it closed (or as it is, still open, at the end)."""
-    row = {
-        "db": db,
-        "key": key,
-        "group": group.name,
-        "group_created_seq": group.created_seq,
-        **_ids(entry_id),
-        **record_fields(rec),
-        "segment_n": segment_n,
-    }
-    del row["owners"]
-    return row
-
-
-def incarnation_row(db: int, key: str, group: Group) -> Row:
-    """Where a group incarnation ended (or is at the end): its final db, key and name."""
-    return {"db": db, "key": key, "group": group.name, "group_created_seq": group.created_seq}
+def append_incarnation(sink: Columns, db: int, key: str, group: Group) -> None:
+    """Where a group incarnation ended (or is at the end): its final db, key and name
+    (``INCARNATION_COLUMNS``)."""
+    sink.append(db, key, group.name, group.created_seq)
 
 
 def prior_segment(row: Row) -> Row:

@@ -150,3 +150,14 @@ def to_bigint(value: int) -> int | None:
     an ID into the wrong place, a wrapped negative value would.
     """
     return value if value <= I64_MAX else None
+
+
+def id_parts(entry_id: StreamID) -> tuple[str, int | None, int | None]:
+    """An entry ID the three ways the tables carry it: "ms-seq" (``id``), and its parts
+    for BIGINT columns (``id_ms``, ``id_seq``, see ``to_bigint``)."""
+    ms, seq = entry_id
+    return (
+        f"{ms}-{seq}",
+        ms if ms <= I64_MAX else None,
+        seq if seq <= I64_MAX else None,
+    )

@@ -6,8 +6,11 @@ or leaves it untouched when Redis would have replied with an error. It keeps
 what Redis does not: every change of a pending entry (``ownership_changes``),
 the life of each delivered entry (``delivery_counts``) and every version of
 each pending entry (``pel_history``: what the PEL showed, from when to when).
+It appends those history rows column by column (``calls.Columns``), and hands
+them on when drained.
 
-``Replayer.snapshot`` renders the state as rows of the output tables.
+The state tables at a moment (pel, ownership, groups, streams, delivery rows) are
+rendered from the replayer by ``pelengine.model.snapshot``.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from types import EllipsisType
 from typing import Any
 
 from pelengine.model import commands as cmd
+from pelengine.model.calls import BlockedRead, Call, Columns, Model, Profile, Row
 from pelengine.model.commands import CommandError
-from pelengine.model.delivery import incarnation_row, record_fields, segment_row
-from pelengine.model.ids import StreamID, format_id, to_bigint
+from pelengine.model.delivery import (
+    INCARNATION_COLUMNS,
+    SEGMENT_COLUMNS,
+    append_incarnation,
+    append_segment,
+)
+from pelengine.model.ids import StreamID, id_parts
 from pelengine.model.state import (
-    INVALID_ENTRIES_READ,
     Consumer,
     Counters,
     DeliveryRecord,
@@ -35,22 +43,44 @@ from pelengine.model.state import (
 )
 from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
 
-Row = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Behaviour that differs between server versions (see docs/redis-semantics.md)."""
-
-    name: str
-    active_time: bool
-    eager_consumers: bool
-    xsetid_checks_max_deleted: bool
-    unit_time_snapshot: bool
-    # the entries_read/lag estimates of Valkey 8.1.1+ (see commands.range_has_tombstones)
-    strict_lag: bool = False
-    # a script's XREADGROUP may name BLOCK (it never blocks); 7.0 and 7.2 refuse it
-    script_block: bool = True
+# The columns of the history rows the replayer records, in the order it appends them.
+CHANGE_COLUMNS = (
+    "db",
+    "key",
+    "group",
+    "id",
+    "id_ms",
+    "id_seq",
+    "seq",
+    "request_seq",
+    "ts_ms",
+    "command",
+    "change",
+    "from_consumer",
+    "to_consumer",
+    "delivery_count",
+    "delivery_time_ms",
+)
+# a pel_history version (without ``as_of_*``): the entry, then ``PelVersion``'s fields,
+# then when it ended (``valid_to_*`` None: still open)
+VERSION_COLUMNS = (
+    "db",
+    "key",
+    "group",
+    "id",
+    "id_ms",
+    "id_seq",
+    "consumer",
+    "delivery_time_ms",
+    "delivery_count",
+    "entry_exists",
+    "valid_from_seq",
+    "valid_from_ms",
+    "valid_to_seq",
+    "valid_to_ms",
+)
+# what ``Replayer.drain_tables`` hands on, per output table
+HISTORY_TABLES = ("ownership_changes", "pel_history", "delivery_segments", "group_incarnations")
 
 
 PROFILES: dict[str, Profile] = {
@@ -136,23 +166,6 @@ def get_profile(name: str) -> Profile:
     return resolve_profile(name)[0]
 
 
-@dataclass
-class Call:
-    """One command being applied: its arguments and its moment."""
-
-    seq: int
-    now: int
-    db: int
-    client: str | None
-    argv: list[str]
-    command: str
-    result: Any = None
-    touched_stream: bool = False
-    # the command whose request this is: differs from ``seq`` for a blocked read
-    # served during a later command
-    request_seq: int | None = None
-
-
 @dataclass(frozen=True)
 class Outcome:
     """What became of one command: ``applied``, ``ignored`` or ``error`` (with its kind)."""
@@ -161,23 +174,7 @@ class Outcome:
     error: str | None = None
 
 
-@dataclass
-class BlockedRead:
-    """A client waiting in ``XREADGROUP ... BLOCK`` for one of its keys."""
-
-    seq: int
-    client: str | None
-    db: int
-    argv: list[str]
-    keys: list[str]
-    group: str
-    consumer: str
-    count: int
-    noack: bool
-    deadline: int | None  # ms; None for BLOCK 0 (forever)
-
-
-Handler = Callable[["Replayer", Call], None]
+Handler = Callable[[Model, Call], None]
 
 # name -> (handler, arity as Redis declares it: n exact, -n at least n)
 STREAM_COMMANDS: dict[str, tuple[Handler, int]] = {
@@ -256,9 +253,10 @@ class Replayer:
         self.record_changes = record_changes
         self.last_seq: int | None = None
         self.last_ts_ms: int | None = None
-        self._changes: list[Row] = []
+        # ownership_changes rows not drained yet
+        self._changes = Columns(CHANGE_COLUMNS)
         # closed pel_history versions not drained yet (open ones live on PendingEntry)
-        self._pel_history: list[Row] = []
+        self._pel_history = Columns(VERSION_COLUMNS)
         # open MULTI blocks per client -> (the MULTI's seq, the unit's "now": None until
         # its first command, and on 7.0 always)
         self._units: dict[str | None, tuple[int, int | None]] = {}
@@ -273,9 +271,23 @@ class Replayer:
         # incarnation row; both wait here until drained. Memory then follows the
         # PEL, not the history.
         self.spill_closed_records = spill_closed_records
-        self._segments: list[Row] = []
-        self._incarnations: list[Row] = []
+        self._segments = Columns(SEGMENT_COLUMNS)
+        self._incarnations = Columns(INCARNATION_COLUMNS)
         self._segment_n = 0
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A model saved before the history rows were kept as columns (lists of dicts):
+        the same rows, as columns."""
+        self.__dict__.update(state)
+        for name, columns in (
+            ("_changes", CHANGE_COLUMNS),
+            ("_pel_history", VERSION_COLUMNS),
+            ("_segments", SEGMENT_COLUMNS),
+            ("_incarnations", INCARNATION_COLUMNS),
+        ):
+            rows = state.get(name)
+            if isinstance(rows, list):
+                setattr(self, name, Columns.from_rows(columns, rows))
 
     # -- applying commands -------------------------------------------------
 
@@ -599,7 +611,7 @@ class Replayer:
         group.pel.clear()
         if self.spill_closed_records:
             # every record was open (spilled as it closed just now)
-            self._incarnations.append(incarnation_row(db, key, group))
+            append_incarnation(self._incarnations, db, key, group)
         else:
             for entry_id, rec in group.records.items():
                 self._closed.append((db, key, group.name, group.created_seq, entry_id, rec))
@@ -646,7 +658,7 @@ class Replayer:
             if self.spill_closed_records:
                 del group.records[entry_id]
                 self._segment_n += 1
-                self._segments.append(segment_row(db, key, group, entry_id, rec, self._segment_n))
+                append_segment(self._segments, db, key, group, entry_id, rec, self._segment_n)
         if self.record_changes:
             if status is None:
                 stream = self.keys.get((db, key))
@@ -655,21 +667,19 @@ class Replayer:
             else:
                 self._end_version(call, db, key, group.name, entry_id, nack)
             self._changes.append(
-                {
-                    "db": db,
-                    "key": key,
-                    "group": group.name,
-                    **id_columns(entry_id),
-                    "seq": call.seq,
-                    "request_seq": call.seq if call.request_seq is None else call.request_seq,
-                    "ts_ms": call.now,
-                    "command": call.command,
-                    "change": change,
-                    "from_consumer": from_consumer.name if from_consumer else None,
-                    "to_consumer": to_consumer.name if to_consumer else None,
-                    "delivery_count": nack.delivery_count,
-                    "delivery_time_ms": nack.delivery_time,
-                }
+                db,
+                key,
+                group.name,
+                *id_parts(entry_id),
+                call.seq,
+                call.seq if call.request_seq is None else call.request_seq,
+                call.now,
+                call.command,
+                change,
+                from_consumer.name if from_consumer else None,
+                to_consumer.name if to_consumer else None,
+                nack.delivery_count,
+                nack.delivery_time,
             )
 
     def loaded(
@@ -687,42 +697,46 @@ class Replayer:
         exists = isinstance(stream, Stream) and entry_id in stream.entries
         self._track_version(call, call.db, key, group.name, entry_id, nack, exists)
         self._changes.append(
-            {
-                "db": call.db,
-                "key": key,
-                "group": group.name,
-                **id_columns(entry_id),
-                "seq": call.seq,
-                "request_seq": call.seq,
-                "ts_ms": call.now,
-                "command": call.command,
-                "change": "loaded",
-                "from_consumer": None,
-                "to_consumer": nack.consumer.name,
-                "delivery_count": nack.delivery_count,
-                "delivery_time_ms": nack.delivery_time,
-            }
+            call.db,
+            key,
+            group.name,
+            *id_parts(entry_id),
+            call.seq,
+            call.seq,
+            call.now,
+            call.command,
+            "loaded",
+            None,
+            nack.consumer.name,
+            nack.delivery_count,
+            nack.delivery_time,
         )
+
+    def drain_tables(self) -> dict[str, Columns]:
+        """The history rows recorded since the last call, per output table
+        (``HISTORY_TABLES``), column by column: ``ownership_changes``, the closed
+        ``pel_history`` versions (without ``as_of_*``) and, spilling, the closed delivery
+        segments and the group incarnations that ended. The open versions, segments and
+        live incarnations are part of the snapshot (``pelengine.model.snapshot``)."""
+        sinks = (self._changes, self._pel_history, self._segments, self._incarnations)
+        return {table: sink.take() for table, sink in zip(HISTORY_TABLES, sinks, strict=True)}
 
     def drain_changes(self) -> list[Row]:
         """The ``ownership_changes`` rows recorded since the last call."""
-        rows, self._changes = self._changes, []
-        return rows
+        return self._changes.take().rows()
 
     def drain_delivery_segments(self) -> list[Row]:
         """Spilling: the delivery segments closed since the last call (the open ones are
-        part of ``snapshot``)."""
-        rows, self._segments = self._segments, []
-        return rows
+        part of the snapshot)."""
+        return self._segments.take().rows()
 
     def drain_group_incarnations(self) -> list[Row]:
         """Spilling: the group incarnations that ended since the last call (the live ones
-        are part of ``snapshot``)."""
-        rows, self._incarnations = self._incarnations, []
-        return rows
+        are part of the snapshot)."""
+        return self._incarnations.take().rows()
 
     def restart_open_records(self) -> None:
-        """Spilling, once ``snapshot`` gave the open records as segments and the model is
+        """Spilling, once the snapshot gave the open records as segments and the model is
         saved to continue later: each open record starts a new, empty segment, so that
         the next run's segments hold only what happens after this point."""
         self._segment_n += 1
@@ -809,196 +823,17 @@ class Replayer:
     ) -> None:
         if version.from_seq == call.seq:
             return  # started and ended within one command: never visible
-        self._pel_history.append(
-            _version_row(db, key, group, entry_id, version, call.seq, call.now)
-        )
+        self._pel_history.append(db, key, group, *id_parts(entry_id), *version, call.seq, call.now)
 
     def drain_pel_history(self) -> list[Row]:
         """The closed ``pel_history`` versions recorded since the last call (without
-        ``as_of_*``; the open versions are part of ``snapshot``)."""
-        rows, self._pel_history = self._pel_history, []
-        return rows
+        ``as_of_*``; the open versions are part of the snapshot)."""
+        return self._pel_history.take().rows()
 
-    # -- snapshot --------------------------------------------------------------
+    # -- state -----------------------------------------------------------------
 
     def streams(self) -> list[tuple[int, str, Stream]]:
         """Every live stream as (db, key, stream), ordered by db and key."""
         return sorted(
             (db, key, value) for (db, key), value in self.keys.items() if isinstance(value, Stream)
         )
-
-    def snapshot(self, as_of_ms: int, as_of_seq: int) -> dict[str, list[Row]]:
-        """All state tables (pel, ownership, delivery_counts, groups, streams) as rows,
-        and the open versions of ``pel_history`` (the closed ones are drained with
-        ``drain_pel_history``).
-
-        Spilling: ``delivery_counts`` is empty; ``delivery_segments`` holds the open
-        records and ``group_incarnations`` the live groups (merge them with what was
-        drained: ``pelengine.model.delivery.merge_delivery_segments``).
-
-        An execution unit still open ends here (``settle``): the state is the one a
-        server shows once the unit ran."""
-        self.settle()
-        tables: dict[str, list[Row]] = {
-            "pel": [],
-            "ownership": [],
-            "delivery_counts": [],
-            "groups": [],
-            "streams": [],
-            "pel_history": [],
-        }
-        spill = self.spill_closed_records
-        if spill:
-            tables["delivery_segments"] = []
-            tables["group_incarnations"] = []
-        as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
-        active = self.profile.active_time
-        for db, key, stream in self.streams():
-            entries = stream.entries
-            tables["streams"].append(
-                {
-                    "db": db,
-                    "key": key,
-                    "length": stream.length,
-                    "last_generated_id": format_id(stream.last_id),
-                    "max_deleted_entry_id": format_id(stream.max_deleted_entry_id),
-                    "entries_added": stream.entries_added,
-                    "first_entry_id": format_id(entries[0]) if entries else None,
-                    "last_entry_id": format_id(entries[-1]) if entries else None,
-                    "recorded_first_entry_id": format_id(stream.first_id),
-                    "groups": len(stream.groups),
-                    **as_of,
-                }
-            )
-            for group in sorted(stream.groups.values(), key=lambda g: g.name):
-                er = group.entries_read
-                tables["groups"].append(
-                    {
-                        "db": db,
-                        "key": key,
-                        "group": group.name,
-                        "last_delivered_id": format_id(group.last_id),
-                        "entries_read": None if er == INVALID_ENTRIES_READ else er,
-                        "lag": cmd.group_lag(stream, group, self.profile.strict_lag),
-                        "pending": len(group.pel),
-                        "consumers": len(group.consumers),
-                        **as_of,
-                    }
-                )
-                for entry_id, nack in group.pel.items():
-                    tables["pel"].append(
-                        {
-                            "db": db,
-                            "key": key,
-                            "group": group.name,
-                            **id_columns(entry_id),
-                            "consumer": nack.consumer.name if nack.consumer else None,
-                            "delivery_time_ms": nack.delivery_time,
-                            "delivery_count": nack.delivery_count,
-                            "entry_exists": entry_id in entries,
-                            "idle_ms": as_of_ms - nack.delivery_time,
-                            **as_of,
-                        }
-                    )
-                    if nack.version is not None:
-                        tables["pel_history"].append(
-                            _version_row(db, key, group.name, entry_id, nack.version, None, None)
-                            | as_of
-                        )
-                for consumer in sorted(group.consumers.values(), key=lambda c: c.name):
-                    pel = consumer.pel
-                    tables["ownership"].append(
-                        {
-                            "db": db,
-                            "key": key,
-                            "group": group.name,
-                            "consumer": consumer.name,
-                            "pending": len(pel),
-                            "seen_time_ms": consumer.seen_time,
-                            "active_time_ms": (
-                                consumer.active_time
-                                if active and consumer.active_time != -1
-                                else None
-                            ),
-                            "oldest_pending_id": format_id(pel.peekitem(0)[0]) if pel else None,
-                            "earliest_delivery_time_ms": (
-                                min(n.delivery_time for n in pel.values()) if pel else None
-                            ),
-                            "max_delivery_count": (
-                                max(n.delivery_count for n in pel.values()) if pel else None
-                            ),
-                            **as_of,
-                        }
-                    )
-                if spill:
-                    open_n = self._segment_n + 1  # after every closed segment
-                    for entry_id, rec in group.records.items():
-                        tables["delivery_segments"].append(
-                            segment_row(db, key, group, entry_id, rec, open_n)
-                        )
-                    tables["group_incarnations"].append(incarnation_row(db, key, group))
-                    continue
-                for entry_id, rec in group.records.items():
-                    tables["delivery_counts"].append(
-                        _record_row(db, key, group.name, group.created_seq, entry_id, rec, as_of)
-                    )
-        for db, key, group_name, created, entry_id, rec in self._closed:
-            tables["delivery_counts"].append(
-                _record_row(db, key, group_name, created, entry_id, rec, as_of)
-            )
-        return tables
-
-
-def id_columns(entry_id: StreamID) -> Row:
-    """An entry ID the three ways the tables carry it: "ms-seq", ms and seq."""
-    return {
-        "id": format_id(entry_id),
-        "id_ms": to_bigint(entry_id.ms),
-        "id_seq": to_bigint(entry_id.seq),
-    }
-
-
-def _version_row(
-    db: int,
-    key: str,
-    group: str,
-    entry_id: StreamID,
-    version: PelVersion,
-    to_seq: int | None,
-    to_ms: int | None,
-) -> Row:
-    """A ``pel_history`` row (without ``as_of_*``); ``to_seq`` None: still open."""
-    return {
-        "db": db,
-        "key": key,
-        "group": group,
-        **id_columns(entry_id),
-        "consumer": version.consumer,
-        "delivery_time_ms": version.delivery_time,
-        "delivery_count": version.delivery_count,
-        "entry_exists": version.entry_exists,
-        "valid_from_seq": version.from_seq,
-        "valid_from_ms": version.from_ms,
-        "valid_to_seq": to_seq,
-        "valid_to_ms": to_ms,
-    }
-
-
-def _record_row(
-    db: int,
-    key: str,
-    group: str,
-    created_seq: int,
-    entry_id: StreamID,
-    rec: DeliveryRecord,
-    as_of: dict[str, int],
-) -> Row:
-    return {
-        "db": db,
-        "key": key,
-        "group": group,
-        **id_columns(entry_id),
-        **record_fields(rec),
-        "group_created_seq": created_seq,
-        **as_of,
-    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 from pelengine.model.persist import dump, load
 
 BEFORE = [  # (seq, ts, argv, client): s1 and s2 are untied so far
@@ -39,7 +39,7 @@ def _saved(r: Replayer) -> Replayer:
 
 
 def _tables(r: Replayer) -> dict[str, list[dict[str, object]]]:
-    out = r.snapshot(200, 14)
+    out = snapshot_tables(r, 200, 14)
     out["ownership_changes"] = r.drain_changes()
     out["pel_history_closed"] = r.drain_pel_history()
     return {k: sorted(v, key=repr) for k, v in out.items()}

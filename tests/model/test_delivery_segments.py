@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 from pelengine.model.delivery import merge_delivery_segments, prior_segment
 from pelengine.model.persist import dump, load
 from tests.model._support import S, check_outcomes
@@ -50,7 +50,7 @@ def _full(profile: str, steps: list[Step]) -> list[Row]:
     for seq, ts, argv, db, client in steps:
         r.apply(seq, ts, argv, db, client)
     last = steps[-1]
-    return _sorted(r.snapshot(last[1], last[0])["delivery_counts"])
+    return _sorted(snapshot_tables(r, last[1], last[0])["delivery_counts"])
 
 
 def _spilled(
@@ -70,7 +70,7 @@ def _spilled(
     segments += r.drain_delivery_segments()
     incarnations += r.drain_group_incarnations()
     last = steps[-1]
-    snap = r.snapshot(last[1], last[0])
+    snap = snapshot_tables(r, last[1], last[0])
     assert snap["delivery_counts"] == []
     return segments + snap["delivery_segments"], incarnations + snap["group_incarnations"], r
 
@@ -281,7 +281,7 @@ def test_runs_continuing_a_saved_model_merge_to_the_full_rows(seed: int) -> None
             incarnations += model.drain_group_incarnations()
         start = cut
         last = steps[cut - 1]
-        snap = model.snapshot(last[1], last[0])
+        snap = snapshot_tables(model, last[1], last[0])
         prior = [prior_segment(row) for row in rows]
         rows = merge_delivery_segments(
             prior + segments + snap["delivery_segments"],

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import pytest
 
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 from tests.model._support import S, check_outcomes, run
 
 STEPS = [
@@ -148,7 +148,7 @@ def test_ownership_changes(profile: str) -> None:
 @pytest.mark.parametrize("profile", ["7.0", "7.4"])
 def test_delivery_counts_while_the_key_lives(profile: str) -> None:
     r, _ = run(profile, STEPS[:20])
-    snap = r.snapshot(1140, 20)
+    snap = snapshot_tables(r, 1140, 20)
     assert _count_tuples(snap["delivery_counts"], (1140, 20)) == COUNTS_BEFORE_DEL
     pel = [
         (row["key"], row["group"], row["id"], row["consumer"], row["delivery_time_ms"])
@@ -162,7 +162,7 @@ def test_delivery_counts_while_the_key_lives(profile: str) -> None:
 @pytest.mark.parametrize("profile", ["7.0", "7.4"])
 def test_delivery_counts_after_the_key_is_deleted(profile: str) -> None:
     r, _ = run(profile, STEPS)
-    snap = r.snapshot(1150, 21)
+    snap = snapshot_tables(r, 1150, 21)
     assert snap["streams"] == [] and snap["pel"] == []
     assert _count_tuples(snap["delivery_counts"], (1150, 21)) == COUNTS_AT_END
 
@@ -172,7 +172,7 @@ def test_history_can_be_switched_off_without_losing_delivery_counts() -> None:
     for seq, step in enumerate(STEPS, start=1):
         r.apply(seq, step.ts, step.argv)
     assert r.drain_changes() == []
-    rows = r.snapshot(1150, 21)["delivery_counts"]
+    rows = snapshot_tables(r, 1150, 21)["delivery_counts"]
     assert _count_tuples(rows, (1150, 21)) == COUNTS_AT_END
 
 
@@ -187,5 +187,5 @@ def test_id_parts_beyond_bigint_are_null() -> None:
     (row,) = r.drain_changes()
     assert row["id"] == "18446744073709551615-9223372036854775808"
     assert (row["id_ms"], row["id_seq"]) == (None, None)
-    (pel_row,) = r.snapshot(1001, 3)["pel"]
+    (pel_row,) = snapshot_tables(r, 1001, 3)["pel"]
     assert (pel_row["id_ms"], pel_row["id_seq"]) == (None, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from pelengine.model import snapshot_tables
 from pelengine.model.ids import (
     MAX_ID,
     U64_MAX,
@@ -200,6 +201,6 @@ def test_lenient_ids_reach_the_commands(profile: str) -> None:
     r, outcomes = run(profile, steps)
     check_outcomes(steps, outcomes)
     check_facts(
-        r.snapshot(1001, len(steps)),
+        snapshot_tables(r, 1001, len(steps)),
         {"pel_ids": {("s", "g"): ["6-0", "6-1"]}, "streams": {("s",): (3, "6-1", "0-0", 3)}},
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 
 L = "PELENGINE.LOAD"
 SNAPSHOT = [
@@ -31,7 +31,7 @@ def load(profile: str = "7.4", extra: list[list[str]] = ()) -> Replayer:  # type
 def test_a_snapshot_is_the_state(profile: str) -> None:
     r = load(profile)
     assert r.counters.failed == 0 and r.counters.applied == len(SNAPSHOT)
-    snap = r.snapshot(1000, 9)
+    snap = snapshot_tables(r, 1000, 9)
     (stream,) = snap["streams"]
     assert (stream["length"], stream["last_generated_id"], stream["entries_added"]) == (4, "5-0", 7)
     assert (stream["max_deleted_entry_id"], stream["first_entry_id"]) == ("2-0", "1-0")
@@ -54,7 +54,7 @@ def test_history_starts_at_the_snapshot() -> None:
     ]
     assert changes == [("1-0", "loaded", "alice", 3), ("2-0", "loaded", "alice", 1)]
     r.apply(20, 2000, ["XCLAIM", "s", "g", "bob", "0", "1-0"], 0, None)
-    records = {d["id"]: d for d in r.snapshot(2000, 20)["delivery_counts"]}
+    records = {d["id"]: d for d in snapshot_tables(r, 2000, 20)["delivery_counts"]}
     assert (records["2-0"]["deliveries"], records["2-0"]["first_delivery_ms"]) == (0, None)
     one = records["1-0"]
     assert (one["deliveries"], one["delivery_count"], one["first_delivery_ms"]) == (1, 4, 2000)
@@ -63,7 +63,7 @@ def test_history_starts_at_the_snapshot() -> None:
 
 def test_the_loaded_nodes_and_counters_behave_as_the_servers() -> None:
     r = load("7.4", [["XADD", "s", "*", "f", "v"], ["XTRIM", "s", "MAXLEN", "~", "2"]])
-    (stream,) = r.snapshot(1000, 11)["streams"]
+    (stream,) = snapshot_tables(r, 1000, 11)["streams"]
     # the first node (1-0..3-0) goes whole; the second and the new entry stay
     assert (stream["length"], stream["first_entry_id"], stream["last_generated_id"]) == (
         3,
@@ -88,10 +88,10 @@ def test_the_loaded_nodes_and_counters_behave_as_the_servers() -> None:
 )
 def test_a_malformed_row_fails_alone(argv: list[str]) -> None:
     r = load()
-    before = r.snapshot(1000, 9)
+    before = snapshot_tables(r, 1000, 9)
     outcome = r.apply(30, 1000, argv, 0, None)
     assert outcome.kind == "error"
-    after = r.snapshot(1000, 9)
+    after = snapshot_tables(r, 1000, 9)
     assert {t: before[t] for t in ("streams", "groups", "pel")} == {
         t: after[t] for t in ("streams", "groups", "pel")
     }

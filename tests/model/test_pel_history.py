@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pelengine.generate import generate_events
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 from pelengine.model.persist import dump, load
 from tests.model._support import S, check_outcomes, run
 
@@ -131,9 +131,9 @@ def _replay_with_cuts(
             assert version["valid_to_seq"] == row["seq"], version
         closed += drained
         if row["seq"] in cuts:
-            pels[row["seq"]] = _pel(r.snapshot(row["ts_ms"], row["seq"])["pel"])
+            pels[row["seq"]] = _pel(snapshot_tables(r, row["ts_ms"], row["seq"])["pel"])
     last = rows[-1]
-    open_rows = r.snapshot(last["ts_ms"], last["seq"])["pel_history"]
+    open_rows = snapshot_tables(r, last["ts_ms"], last["seq"])["pel_history"]
     for version in open_rows:
         assert version["valid_to_seq"] is None and version["valid_to_ms"] is None
         assert (version["as_of_ms"], version["as_of_seq"]) == (last["ts_ms"], last["seq"])
@@ -229,7 +229,7 @@ def test_the_replayer_is_saved_with_its_open_versions() -> None:
         resumed.apply(row["seq"], row["ts_ms"], row["argv"], row["db"], row["client"])
     closed += resumed.drain_pel_history()
     last = rows[-1]
-    rest = resumed.snapshot(last["ts_ms"], last["seq"])["pel_history"]
+    rest = snapshot_tables(resumed, last["ts_ms"], last["seq"])["pel_history"]
     assert closed + rest == whole
 
 
@@ -248,7 +248,7 @@ def _history(profile: str, steps: list[S]) -> list[tuple]:
     to_seq, to_ms), closed ones first in the order they closed, then the open ones."""
     r, outcomes = run(profile, steps)
     check_outcomes(steps, outcomes)
-    rows = r.drain_pel_history() + r.snapshot(steps[-1].ts, len(steps))["pel_history"]
+    rows = r.drain_pel_history() + snapshot_tables(r, steps[-1].ts, len(steps))["pel_history"]
     assert r.drain_pel_history() == []
     names = (
         "key",
@@ -388,5 +388,5 @@ def test_without_recording_there_is_no_history() -> None:
     for seq, step in enumerate([*BASE, S(1020, "XCLAIM s g bob 0 1-0")], start=1):
         r.apply(seq, step.ts, step.argv)
     assert r.drain_pel_history() == []
-    snap = r.snapshot(1020, 5)
+    snap = snapshot_tables(r, 1020, 5)
     assert snap["pel_history"] == [] and len(snap["pel"]) == 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from pelengine.model import snapshot_tables
 from tests.model._support import S, changes, check_facts, check_outcomes, run
 
 MAX = "18446744073709551615"
@@ -1516,7 +1517,7 @@ def _check(scenario: Scenario, profile: str) -> None:
     r, outcomes = run(profile, scenario.steps)
     check_outcomes(scenario.steps, outcomes)
     last = scenario.steps[-1].ts
-    snapshot = r.snapshot(last, len(scenario.steps))
+    snapshot = snapshot_tables(r, last, len(scenario.steps))
     check_facts(snapshot, scenario.facts)
     if scenario.changes is not None:
         assert changes(r) == scenario.changes

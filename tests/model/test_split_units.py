@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pelengine.generate import generate_events
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 from pelengine.model.routing import command_group
 
 Row = dict[str, Any]
@@ -118,7 +118,7 @@ def test_a_group_unit_replays_its_group_exactly(seed: int) -> None:
     rows = _log(seed, 4000)
     full, full_outcomes, full_changes = _replay(rows, None)
     last = rows[-1]
-    full_tables = full.snapshot(last["ts_ms"], last["seq"])
+    full_tables = snapshot_tables(full, last["ts_ms"], last["seq"])
     groups = sorted({g for row in rows for g in [command_group(row["argv"])[0]] if g})
     assert len(groups) >= 3, groups
     kinds = Counter(o[0] for o in full_outcomes)
@@ -138,7 +138,7 @@ def test_a_group_unit_replays_its_group_exactly(seed: int) -> None:
         assert _canon([c for c in changes if c["group"] == group]) == _canon(
             [c for c in full_changes if c["group"] == group]
         )
-        tables = unit.snapshot(last["ts_ms"], last["seq"])
+        tables = snapshot_tables(unit, last["ts_ms"], last["seq"])
         for name, expected in full_tables.items():
             if name == "streams":
                 assert _canon(tables[name]) == _canon(expected)
@@ -171,10 +171,10 @@ def test_a_blocked_reader_moving_to_another_group_is_seen_by_its_first_groups_un
     unit, outcomes, _ = _replay(rows, "g")
     assert outcomes[3] is None  # the h read is not the g unit's
     for model in (full, unit):
-        pel = model.snapshot(2000, 9)["pel"]
+        pel = snapshot_tables(model, 2000, 9)["pel"]
         assert [r for r in pel if r["group"] == "g"] == []
     # without the activity note the old wait would be served
     blind = Replayer("7.0")
     for row in rows[:3] + rows[4:]:
         blind.apply(row["seq"], row["ts_ms"], row["argv"], 0, row["client"])
-    assert [r["id"] for r in blind.snapshot(2000, 9)["pel"] if r["group"] == "g"] == ["5-0"]
+    assert [r["id"] for r in snapshot_tables(blind, 2000, 9)["pel"] if r["group"] == "g"] == ["5-0"]

@@ -270,7 +270,7 @@ def check_model(
 ) -> Verdict:
     """``start``: events rows applied first, unjudged (e.g. a snapshot's load rows);
     ``tolerance_ms``: how far times may be from the server's (``compare.compare_table``)."""
-    from pelengine.model import Replayer
+    from pelengine.model import Replayer, snapshot_tables
 
     tables = tuple(tables)
     verdict = Verdict(
@@ -310,7 +310,7 @@ def check_model(
                 )
         while pending and pending[0][0] == rec.seq:
             seq, expected = pending.pop(0)
-            got = replayer.snapshot(as_of_ms=rec.ts_after_ms, as_of_seq=rec.seq)
+            got = snapshot_tables(replayer, as_of_ms=rec.ts_after_ms, as_of_seq=rec.seq)
             problems = compare_tables(
                 expected, got, tables, tolerance_ms
             ) + pending_delivery_counts(expected, got)
@@ -318,8 +318,8 @@ def check_model(
             if problems:
                 verdict.table_mismatches.append((seq, problems))
     last = records[-1] if records else None
-    got = replayer.snapshot(
-        as_of_ms=last.ts_after_ms if last else 0, as_of_seq=last.seq if last else 0
+    got = snapshot_tables(
+        replayer, as_of_ms=last.ts_after_ms if last else 0, as_of_seq=last.seq if last else 0
     )
     for rec in records:
         if rec.note != UNJUDGED and expected_changes(rec) is not None:

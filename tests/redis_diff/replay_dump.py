@@ -17,7 +17,7 @@ from pprint import pprint
 
 
 def main(argv: list[str]) -> int:
-    from pelengine.model import Replayer
+    from pelengine.model import Replayer, snapshot_tables
 
     path = argv[1]
     upto = int(argv[2]) if len(argv) > 2 and argv[2] != "-" else None
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
         print(f"         server: {server} | model: {out.kind} {out.error or ''}")
         last = row
     if last is not None:
-        pprint(replayer.snapshot(as_of_ms=last["ts_after_ms"], as_of_seq=last["seq"]))
+        pprint(snapshot_tables(replayer, as_of_ms=last["ts_after_ms"], as_of_seq=last["seq"]))
     return 0
 
 

@@ -239,7 +239,7 @@ def check_load_rows(rows: list[dict[str, Any]]) -> int:
 
 
 def replay_rows(rows: list[dict[str, Any]], profile: str) -> dict[str, list[dict[str, Any]]]:
-    from pelengine.model import Replayer
+    from pelengine.model import Replayer, snapshot_tables
 
     replayer = Replayer(profile)
     for r in rows:
@@ -247,7 +247,7 @@ def replay_rows(rows: list[dict[str, Any]], profile: str) -> dict[str, list[dict
     # the server ran every command an AOF holds: none may fail in the model
     assert replayer.counters.failed == 0, replayer.counters.errors
     last = rows[-1]
-    return replayer.snapshot(as_of_ms=last["ts_ms"], as_of_seq=last["seq"])
+    return snapshot_tables(replayer, as_of_ms=last["ts_ms"], as_of_seq=last["seq"])
 
 
 @pytest.mark.parametrize("seed", SEEDS)

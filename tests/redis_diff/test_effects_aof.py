@@ -61,13 +61,13 @@ def cases(kind: ServerKind) -> list[tuple[int, str]]:
 
 
 def replay_rows(rows: list[dict[str, Any]], profile: str) -> dict[str, list[dict[str, Any]]]:
-    from pelengine.model import Replayer
+    from pelengine.model import Replayer, snapshot_tables
 
     replayer = Replayer(profile)
     for r in rows:
         replayer.apply(r["seq"], r["ts_ms"], r["argv"], r["db"], r["client"])
     last = rows[-1] if rows else {"ts_ms": 0, "seq": 0}
-    return replayer.snapshot(as_of_ms=last["ts_ms"], as_of_seq=last["seq"])
+    return snapshot_tables(replayer, as_of_ms=last["ts_ms"], as_of_seq=last["seq"])
 
 
 def history(rows: list[dict[str, Any]], db: int, key: str, n: int = 25) -> list[str]:

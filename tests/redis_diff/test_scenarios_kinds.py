@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from pelengine.ingest.aof import AofState, read_aof
+from pelengine.model import snapshot_tables
 from tests.redis_diff.aof_support import aof_dir, aof_server, loaded_truth
 from tests.redis_diff.capture import Record
 from tests.redis_diff.compare import compare_tables, format_mismatches
@@ -281,7 +282,7 @@ def without_unpropagated_consumers(
 
 def _snapshot(replayer: Any, rows: list[dict[str, Any]], upto: int) -> dict[str, list[Any]]:
     last = rows[upto - 1] if upto else {"ts_ms": 0, "seq": 0}
-    return replayer.snapshot(as_of_ms=last["ts_ms"], as_of_seq=last["seq"])
+    return snapshot_tables(replayer, as_of_ms=last["ts_ms"], as_of_seq=last["seq"])
 
 
 @pytest.mark.parametrize("kinds_run", _names("effects"), indirect=True)

@@ -19,6 +19,7 @@ import pytest
 
 from pelengine.ingest.rdb import read_rdb
 from pelengine.ingest.snapshot import load_rows
+from pelengine.model import snapshot_tables
 from tests.redis_diff.capture import SeqCounter
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.harness import check_model
@@ -60,7 +61,7 @@ def test_snapshot_rows_load_the_servers_state(server_kind: ServerKind, seed: int
         stop_server(server)
     rows = load_rows(rdb)
     replayer = _replay(rows, server.profile, node_max)
-    got = replayer.snapshot(rows[-1]["ts_ms"], rows[-1]["seq"])
+    got = snapshot_tables(replayer, rows[-1]["ts_ms"], rows[-1]["seq"])
     assert replayer.counters.failed == 0, replayer.counters.errors
     problems = compare_tables(truth, got, TABLES)
     n = sum(len(truth[t]) for t in TABLES)

@@ -20,7 +20,7 @@ import pytest
 from pelengine.ingest.aof import read_aof
 from pelengine.ingest.monitor import parse_file
 from pelengine.ingest.pin import pin_star_ids
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 from tests.redis_diff.aof_support import AOF_ARGS, aof_dir, aof_server, effects_only
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.monitor_capture import MonitorCapture
@@ -42,7 +42,7 @@ def _replay(rows: list[dict], profile: str) -> dict[str, list[dict]]:
     for r in rows:
         replayer.apply(r["seq"], r["ts_ms"], r["argv"], r.get("db") or 0, r.get("client"))
     last = rows[-1]
-    return replayer.snapshot(last["ts_ms"], last["seq"])
+    return snapshot_tables(replayer, last["ts_ms"], last["seq"])
 
 
 def test_a_propagated_claim_in_a_unit_keeps_its_time(server_kind: ServerKind, tmp_path) -> None:

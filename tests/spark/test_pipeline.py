@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from pelengine.engine.udf import SeqOrderError, make_replay_function
 from pelengine.generate import generate_events
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 from pelengine.pipeline.reconstruct import reconstruct
 from pelengine.pipeline.replay import ReplayPlanError, check_replay_plan, replay_stage
 from pelengine.pipeline.route import split_by_group
@@ -84,7 +84,7 @@ def _expected(spark: SparkSession, rows: list[dict[str, Any]]) -> dict[str, Any]
         closed_versions.extend(replayer.drain_pel_history())
     as_of_ms = max(r["ts_ms"] for r in rows)
     as_of_seq = max(r["seq"] for r in rows)
-    tables = replayer.snapshot(as_of_ms, as_of_seq)
+    tables = snapshot_tables(replayer, as_of_ms, as_of_seq)
     for row in changes + closed_versions:
         row.update(as_of_ms=as_of_ms, as_of_seq=as_of_seq)
     tables["ownership_changes"] = changes
@@ -344,7 +344,7 @@ def _replay_tables(rows: list[dict[str, Any]], profile: str) -> dict[str, list[t
     for r in sorted(rows, key=lambda r: r["seq"]):
         replayer.apply(r["seq"], r["ts_ms"], r["argv"], r.get("db") or 0, r.get("client"))
     last = max(rows, key=lambda r: r["seq"])
-    snap = replayer.snapshot(last["ts_ms"], last["seq"])
+    snap = snapshot_tables(replayer, last["ts_ms"], last["seq"])
     return {
         "pel": sorted(
             (p["key"], p["id"], p["consumer"], p["delivery_time_ms"]) for p in snap["pel"]
@@ -470,7 +470,7 @@ def test_a_blocked_clients_command_elsewhere_ends_its_wait(spark: SparkSession) 
     expected = Replayer("7.0")
     for r in rows:
         expected.apply(r["seq"], r["ts_ms"], r["argv"], 0, r.get("client"))
-    assert expected.snapshot(17, 8)["pel"] == []
+    assert snapshot_tables(expected, 17, 8)["pel"] == []
     # and without those two commands both readers are served by the writes
     served = reconstruct(spark, events.filter("seq not in (5, 6)"))
     got = sorted((p["key"], p["consumer"]) for p in served.tables["pel"].collect())

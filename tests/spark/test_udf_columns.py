@@ -1,0 +1,181 @@
+"""The replay UDF reads its batches column by column and writes the model's columns as
+Arrow batches: the rows are the model's own (no Spark session needed here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from pelengine.engine import udf
+from pelengine.generate import generate_events
+from pelengine.model import Replayer, snapshot_tables
+from pelengine.schemas import REPLAY_OUTPUT_SCHEMA
+
+AS_OF_MS, AS_OF_SEQ = 1_800_000_000_000, 10**9
+INPUT = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("ts_ms", pa.int64()),
+        ("argv", pa.list_(pa.string())),
+        ("db", pa.int32()),
+        ("client", pa.string()),
+        ("fanout", pa.bool_()),
+        ("family", pa.string()),
+        ("marker", pa.bool_()),
+        ("exec_unit", pa.int64()),
+        ("unit", pa.string()),
+        ("lead", pa.bool_()),
+        ("silent", pa.bool_()),
+    ]
+)
+
+
+def _events() -> list[dict[str, Any]]:
+    rows, seen = [], set()
+    for row in generate_events(2500, 3, seed=5):
+        if row["argv"] and row["seq"] not in seen:
+            seen.add(row["seq"])
+            rows.append(row | {"db": 0})
+    rows.append(
+        {"seq": 10**6, "ts_ms": rows[-1]["ts_ms"] + 1, "argv": ["FLUSHDB"], "db": 0, "client": None}
+    )
+    return rows
+
+
+def _batches(rows: list[dict[str, Any]], size: int, unit: str | None = None) -> list[Any]:
+    cols = {
+        "seq": [r["seq"] for r in rows],
+        "ts_ms": [r["ts_ms"] for r in rows],
+        "argv": [r["argv"] for r in rows],
+        "db": [r["db"] for r in rows],
+        "client": [r["client"] for r in rows],
+        "fanout": [r["argv"][0] == "FLUSHDB" for r in rows],
+        "family": ["f"] * len(rows),
+        "marker": [False] * len(rows),
+        "exec_unit": [None] * len(rows),
+        "unit": [unit] * len(rows),
+        "lead": [unit in (None, "0")] * len(rows),
+        "silent": [False] * len(rows),
+    }
+    return pa.Table.from_pydict(cols, schema=INPUT).to_batches(max_chunksize=size)
+
+
+def _expected(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """What one model gives for the rows, as the UDF's tables (without ``table``)."""
+    r = Replayer("7.0", spill_closed_records=True)
+    as_of = {"as_of_ms": AS_OF_MS, "as_of_seq": AS_OF_SEQ}
+    out: dict[str, list[dict[str, Any]]] = {}
+    outcomes = []
+    for row in rows:
+        outcome = r.apply(row["seq"], row["ts_ms"], row["argv"], row["db"], row["client"], None)
+        if row["argv"][0] == "FLUSHDB":
+            r.counters.commands["FLUSHDB"] -= 1
+            outcomes.append(
+                {
+                    "seq": row["seq"],
+                    "stat_command": "FLUSHDB",
+                    "stat_kind": outcome.kind,
+                    "stat_error": outcome.error,
+                    "stat_count": 1,
+                }
+            )
+    r.settle()
+    out["ownership_changes"] = [c | as_of for c in r.drain_changes()]
+    out["pel_history"] = [v | as_of for v in r.drain_pel_history()]
+    out["delivery_segments"] = r.drain_delivery_segments()
+    out["group_incarnations"] = r.drain_group_incarnations()
+    out["outcome"] = outcomes
+    for table, table_rows in snapshot_tables(r, AS_OF_MS, AS_OF_SEQ).items():
+        out.setdefault(table, []).extend(table_rows)
+    return {t: v for t, v in out.items() if v}
+
+
+def _got(batches: list[pa.RecordBatch]) -> dict[str, list[dict[str, Any]]]:
+    schema = udf._arrow_schema(REPLAY_OUTPUT_SCHEMA)
+    got: dict[str, list[dict[str, Any]]] = {}
+    for batch in batches:
+        assert batch.schema == schema
+        assert batch.num_rows <= udf.OUTPUT_BATCH_ROWS
+        for row in batch.to_pylist():
+            got.setdefault(row.pop("table"), []).append(row)
+    return got
+
+
+def _same(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> None:
+    """Every expected row, once; the columns a table does not have are null."""
+    names = set(expected[0])
+    for row in got:
+        assert {k for k, v in row.items() if v is not None} <= names
+
+    def key(row: dict[str, Any]) -> str:
+        return repr(sorted(row.items()))
+
+    assert sorted(map(key, expected)) == sorted(
+        key({k: v for k, v in row.items() if k in names}) for row in got
+    )
+
+
+@pytest.mark.parametrize(("input_rows", "output_rows"), [(10_000, 8192), (97, 13)])
+def test_replay_writes_the_models_rows(
+    monkeypatch: pytest.MonkeyPatch, input_rows: int, output_rows: int
+) -> None:
+    monkeypatch.setattr(udf, "OUTPUT_BATCH_ROWS", output_rows)
+    rows = _events()
+    replay = udf.make_replay_function("7.0", AS_OF_MS, AS_OF_SEQ)
+    got = _got(list(replay((pa.scalar(0), pa.scalar("f")), iter(_batches(rows, input_rows)))))
+    expected = _expected(rows)
+    stats = got.pop("stats")
+    assert {s["stat_kind"] for s in stats} >= {"seen", "applied"}
+    assert set(got) == set(expected)
+    assert len(got["ownership_changes"]) > 1000
+    for table, table_rows in expected.items():
+        _same(table_rows, got[table])
+
+
+def test_a_unit_of_a_split_family_writes_its_groups_rows_only() -> None:
+    rows = _events()
+    expected = _expected(rows)
+    groups = sorted({r["group"] for r in expected["group_incarnations"]})
+    assert len(groups) > 1
+    mine = groups[:1]
+    replay = udf.make_replay_function("7.0", AS_OF_MS, AS_OF_SEQ, unit_groups={(0, "f", "1"): mine})
+    key = (pa.scalar(0), pa.scalar("f"), pa.scalar("1"))
+    got = _got(list(replay(key, iter(_batches(rows, 500, unit="1")))))
+    assert "streams" not in got  # not the lead unit
+    for table, table_rows in expected.items():
+        if table in ("streams", "outcome"):
+            continue
+        own = [r for r in table_rows if r["group"] in mine]
+        if own:
+            _same(own, got[table])
+        else:
+            assert table not in got
+
+
+def test_input_columns_are_read_without_rows() -> None:
+    argv = pa.array([["a", "b"], [], ["c", None], ["d"]], pa.list_(pa.string()))
+    for part in (argv, argv.slice(1, 2), argv.slice(3, 1), argv.slice(0, 0)):
+        assert udf._values(part) == part.to_pylist()
+    with_null = pa.array([["a"], None], pa.list_(pa.string()))
+    assert udf._values(with_null) == [["a"], None]
+    assert udf._values(pa.array([1, None, 3], pa.int64())) == [1, None, 3]
+    ints = udf._values(pa.array([2**62, -1], pa.int64()).slice(1))
+    assert ints == [-1] and type(ints[0]) is int
+    assert udf._values(pa.array([True, False])) == [True, False]
+    assert udf._values(pa.array([None, None], pa.binary())) == [None, None]
+    batch = pa.RecordBatch.from_pydict({"seq": [1, 2]})
+    assert udf._column(batch, "marker", False) == [False, False]
+
+
+def test_a_worker_freezes_its_heap_once() -> None:
+    code = (
+        "import gc; from pelengine.engine import udf; udf.tune_worker_gc(); "
+        "n = gc.get_freeze_count(); udf.tune_worker_gc(); "
+        "assert n > 0 and gc.get_freeze_count() == n, n; "
+        "assert gc.get_threshold() == udf.WORKER_GC_THRESHOLDS"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
