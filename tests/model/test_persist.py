@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pelengine.model import Replayer
+from pelengine.model import Replayer, snapshot_tables
 from pelengine.model.persist import (
     SECTIONS,
     STATE_SCHEMA,
@@ -169,7 +169,7 @@ def _check_shared_entries(r: Replayer) -> None:
 
 
 def _final(r: Replayer, last: Step) -> Row:
-    tables = r.snapshot(last[1], last[0])
+    tables = snapshot_tables(r, last[1], last[0])
     return {
         "tables": tables,
         "drained": _drained(r),
@@ -320,7 +320,7 @@ def _nights(profile: str, steps: list[Step], cuts: list[int], *, saved: bool) ->
         last = steps[cut - 1]
         r.settle()
         outputs.append(_drained(r))
-        outputs.append(r.snapshot(last[1], last[0]))
+        outputs.append(snapshot_tables(r, last[1], last[0]))
         outputs.append((asdict(r.counters), dict(r.notes)))
         r.restart_open_records()
         if saved:
@@ -439,4 +439,4 @@ def test_a_model_with_output_not_drained_is_not_saved() -> None:
     with pytest.raises(StateError, match=r"not drained yet \(1 ownership_changes\)"):
         dump(r)
     r.drain_changes()
-    assert load(dump(r)).snapshot(3, 3) == r.snapshot(3, 3)
+    assert snapshot_tables(load(dump(r)), 3, 3) == snapshot_tables(r, 3, 3)
