@@ -318,26 +318,10 @@ def run_incremental(
         ],
         "delivery_counts_version": carried["delivery_counts_version"],
     }
-    state_df = states.select(
-        F.lit("family").alias("kind"),
-        "db",
-        "family",
-        "applied_seq",
-        "state_version",
-        "state",
-        "agg_n",
-        "agg_x",
-    ).unionByName(
+    family_columns = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
+    state_df = states.select(F.lit("family").alias("kind"), *family_columns).unionByName(
         spark.createDataFrame([run_row], STATE_TABLE_SCHEMA).select(
-            "kind",
-            "db",
-            "family",
-            "applied_seq",
-            "state_version",
-            "state",
-            "agg_n",
-            "agg_x",
-            *_RUN_COLUMNS,
+            "kind", *family_columns, *_RUN_COLUMNS
         ),
         allowMissingColumns=True,
     )
