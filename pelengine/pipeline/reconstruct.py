@@ -7,6 +7,7 @@ what this returns.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,8 +121,10 @@ def reconstruct(
         progress(f"{stage} done in {timings[stage]:.1f} s" + (f": {detail}" if detail else ""))
 
     progress("validating events")
-    conformed = conform_events(events)
     persisted: list[DataFrame] = []
+    # the events are read once: every check, the valid rows and the rejected ones come
+    # from this cache, released once both are cached themselves (below)
+    conformed = _persist(conform_events(events), [])
     valid, rejected = split_rejected(conformed)
     # written and then counted by reason: computed once
     rejected = _persist(rejected, persisted)
@@ -143,6 +146,9 @@ def reconstruct(
         )
     bounds = valid.agg(F.count(F.lit(1)), F.max("seq"), F.max("ts_ms")).first()
     assert bounds is not None
+    rejected.count()  # cached now, as valid is: the read of the events can go
+    with contextlib.suppress(Exception):  # serverless: nothing was cached
+        conformed.unpersist()
     n_valid, max_seq, max_ts = bounds[0], bounds[1], bounds[2]
     if carry is not None:
         max_ts = _max(carry.as_of_ms, max_ts)
