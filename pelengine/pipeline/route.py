@@ -37,7 +37,15 @@ def family_map(
     ``(db, old name) -> new name`` for the others (their saved models are merged).
     """
     name = F.upper(F.col("argv")[0])
-    candidates = valid.filter(name.isin("RENAME", "RENAMENX", "XREADGROUP")).select("db", "argv")
+    # A read ties keys only when it names two streams or more: two keys and two IDs
+    # after STREAMS. Counted from the first STREAMS argument, a read with fewer than 4
+    # arguments after it names one stream (or none); only the others (and any read
+    # whose group or consumer is called "streams") go to the exact parser in Python.
+    streams_at = F.array_position(F.transform("argv", lambda a: F.upper(a)), "STREAMS")
+    ties = name.isin("RENAME", "RENAMENX") | (
+        (name == "XREADGROUP") & (F.size("argv") - streams_at >= 4)
+    )
+    candidates = valid.filter(ties).select("db", "argv")
     rows = (
         candidates.mapInArrow(links_batches, "db int, links array<string>")
         .select("db", F.array_sort("links").alias("links"))
