@@ -40,17 +40,23 @@ def conform_events(events: DataFrame) -> DataFrame:
     return out
 
 
-def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(valid, rejected): rows that are not commands get a ``reason`` and leave the replay.
+def has_shared_seq(events: DataFrame) -> bool:
+    """Whether two rows or more share a ``seq`` (one light aggregation of ``seq`` only)."""
+    shared = events.filter(F.col("seq").isNotNull()).groupBy("seq").count().filter("count > 1")
+    return shared.limit(1).count() > 0
+
+
+def tag_rejected(events: DataFrame, shared: bool) -> DataFrame:
+    """``events`` with ``reason``: null for a command to replay, else why the row is
+    rejected. ``shared`` (see :func:`has_shared_seq`): some seq is shared, so the rows
+    go through the window by seq that compares whole rows; without it no row can be a
+    duplicate and the window (a shuffle of every row) is left out.
 
     A ``seq`` shared by identical rows keeps one of them (the others are
     ``duplicate row``); a ``seq`` shared by different rows rejects them all,
     since which one the server ran cannot be known.
     """
-    # A shared seq is rare: one light aggregation (seq only) finds whether any exists, and
-    # only then do the rows go through the window by seq that compares whole rows.
-    shared = events.filter(F.col("seq").isNotNull()).groupBy("seq").count().filter("count > 1")
-    if shared.limit(1).count() == 0:
+    if not shared:
         ranked = events.withColumn("_n", F.lit(1)).withColumn("_variants", F.lit(1))
         ranked = ranked.withColumn("_rank", F.lit(1))
     else:
@@ -71,24 +77,44 @@ def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
         .when(F.col("argv").isNull(), F.lit("null argv"))
         .when(F.size("argv") == 0, F.lit("empty argv"))
         .when(F.col("argv")[0].isNull() | (F.col("argv")[0] == ""), F.lit("no command name"))
-        .when(F.exists("argv", lambda a: a.isNull()), F.lit("null argument in argv"))
+        .when(F.size(F.array_compact("argv")) < F.size("argv"), F.lit("null argument in argv"))
         .when(
             (F.col("_n") > 1) & (F.col("_variants") > 1),
             F.concat(F.lit("conflicting rows share seq ("), F.col("_n").cast("string"), F.lit(")")),
         )
         .when((F.col("_n") > 1) & (F.col("_rank") > 1), F.lit("duplicate row (same seq)"))
     )
-    tagged = ranked.withColumn("reason", reason).drop("_sig", "_n", "_variants", "_rank")
-    return tagged.filter(F.col("reason").isNull()).drop("reason"), tagged.filter(
-        F.col("reason").isNotNull()
-    )
+    return ranked.withColumn("reason", reason).drop("_sig", "_n", "_variants", "_rank")
 
 
-def resolve_db(spark: SparkSession, valid: DataFrame, initial_db: int = 0) -> DataFrame:
-    """Give rows without ``db`` the db of the latest SELECT before them (an AOF's way), else
-    ``initial_db`` (0, or where the previous incremental run's last SELECT left it)."""
+def split_tagged(tagged: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(valid, rejected) of rows :func:`tag_rejected` tagged."""
+    valid = tagged.filter(F.col("reason").isNull()).drop("reason")
+    return valid, tagged.filter(F.col("reason").isNotNull())
+
+
+def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(valid, rejected): rows that are not commands get a ``reason`` and leave the replay
+    (:func:`tag_rejected`)."""
+    return split_tagged(tag_rejected(events, has_shared_seq(events)))
+
+
+def selects_without_db(valid: DataFrame) -> bool:
+    """Whether some SELECT row has no ``db``: only then do rows take their db from the
+    SELECTs before them (a window over the whole log in seq order)."""
     is_select = F.upper(F.col("argv")[0]) == "SELECT"
-    needs = valid.filter(is_select & F.col("db").isNull()).limit(1).count() > 0
+    return valid.filter(is_select & F.col("db").isNull()).limit(1).count() > 0
+
+
+def resolve_db(
+    spark: SparkSession, valid: DataFrame, initial_db: int = 0, needs: bool | None = None
+) -> DataFrame:
+    """Give rows without ``db`` the db of the latest SELECT before them (an AOF's way), else
+    ``initial_db`` (0, or where the previous incremental run's last SELECT left it).
+    ``needs``: :func:`selects_without_db` of ``valid`` when the caller knows it."""
+    is_select = F.upper(F.col("argv")[0]) == "SELECT"
+    if needs is None:
+        needs = selects_without_db(valid)
     if not needs:
         return valid.withColumn("db", F.coalesce(F.col("db"), F.lit(initial_db)))
     selected = F.when(is_select & F.col("db").isNull(), F.col("argv")[1].cast("int"))

@@ -32,9 +32,12 @@ from pelengine.pipeline.carry import Carry
 from pelengine.pipeline.conform import (
     conform_events,
     cut_as_of,
+    has_shared_seq,
     last_select_db,
     resolve_db,
-    split_rejected,
+    selects_without_db,
+    split_tagged,
+    tag_rejected,
 )
 from pelengine.pipeline.replay import _seed_rows, replay_stage
 from pelengine.pipeline.route import (
@@ -122,33 +125,38 @@ def reconstruct(
 
     progress("validating events")
     persisted: list[DataFrame] = []
-    # the events are read once: every check, the valid rows and the rejected ones come
-    # from this cache, released once both are cached themselves (below)
-    conformed = _persist(conform_events(events), [])
-    valid, rejected = split_rejected(conformed)
-    # written and then counted by reason: computed once
-    rejected = _persist(rejected, persisted)
+    # The events are read and checked once: every row with its ``reason`` (null: to be
+    # replayed) is cached; the valid rows, the rejected ones and every check come from it.
+    conformed = conform_events(events)
+    tagged = _persist(tag_rejected(conformed, shared=False), persisted)
+    if has_shared_seq(tagged):  # rare: the rows sharing a seq are compared whole
+        with contextlib.suppress(Exception):
+            tagged.unpersist()
+        tagged = _persist(tag_rejected(conformed, shared=True), persisted)
+    valid, rejected = split_tagged(tagged)
     initial_db = carry.select_db if carry is not None else 0
     carried: dict[str, Any] = {}
     if options.incremental:
         carried["select_db"] = last_select_db(valid, initial_db)
-    valid = resolve_db(spark, valid, initial_db).select(*(f.name for f in EVENTS_SCHEMA.fields))
+    windowed = selects_without_db(valid)
+    valid = resolve_db(spark, valid, initial_db, windowed)
+    valid = valid.select(*(f.name for f in EVENTS_SCHEMA.fields))
     valid, stop_seq = cut_as_of(valid, options.as_of_ms, options.as_of_seq)
     open_units = carry.open_units if carry is not None else None
     if chosen.unit_time_snapshot:
         valid = mark_units(valid, open_units, times=True)
     else:  # 7.0: units matter only to blocking reads (marked after routing, if any)
         valid = valid.withColumn(EXEC_UNIT, F.lit(None).cast(LongType()))
-    valid = _persist(valid, persisted)
+    if windowed or chosen.unit_time_snapshot or options.as_of_ms is not None:
+        # windows over the whole log: computed once (otherwise valid is a cheap
+        # projection of the cached rows)
+        valid = _persist(valid, persisted)
     if options.incremental:
         carried["open_units"] = (
             open_units_after(valid, open_units) if chosen.unit_time_snapshot else {}
         )
     bounds = valid.agg(F.count(F.lit(1)), F.max("seq"), F.max("ts_ms")).first()
     assert bounds is not None
-    rejected.count()  # cached now, as valid is: the read of the events can go
-    with contextlib.suppress(Exception):  # serverless: nothing was cached
-        conformed.unpersist()
     n_valid, max_seq, max_ts = bounds[0], bounds[1], bounds[2]
     if carry is not None:
         max_ts = _max(carry.as_of_ms, max_ts)
