@@ -102,7 +102,7 @@ def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
 def selects_without_db(valid: DataFrame) -> bool:
     """Whether some SELECT row has no ``db``: only then do rows take their db from the
     SELECTs before them (a window over the whole log in seq order)."""
-    is_select = F.upper(F.col("argv")[0]) == "SELECT"
+    is_select = F.upper(F.get(F.col("argv"), 0)) == "SELECT"
     return valid.filter(is_select & F.col("db").isNull()).limit(1).count() > 0
 
 
@@ -112,12 +112,12 @@ def resolve_db(
     """Give rows without ``db`` the db of the latest SELECT before them (an AOF's way), else
     ``initial_db`` (0, or where the previous incremental run's last SELECT left it).
     ``needs``: :func:`selects_without_db` of ``valid`` when the caller knows it."""
-    is_select = F.upper(F.col("argv")[0]) == "SELECT"
+    is_select = F.upper(F.get(F.col("argv"), 0)) == "SELECT"
     if needs is None:
         needs = selects_without_db(valid)
     if not needs:
         return valid.withColumn("db", F.coalesce(F.col("db"), F.lit(initial_db)))
-    selected = F.when(is_select & F.col("db").isNull(), F.col("argv")[1].cast("int"))
+    selected = F.when(is_select & F.col("db").isNull(), F.get(F.col("argv"), 1).cast("int"))
     window = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     return (
         valid.withColumn("_sel", F.last(selected, ignorenulls=True).over(window))
@@ -128,11 +128,11 @@ def resolve_db(
 
 def last_select_db(valid: DataFrame, initial_db: int = 0) -> int:
     """The db a row without ``db`` after these rows would get (for the next run)."""
-    is_select = (F.upper(F.col("argv")[0]) == "SELECT") & F.col("db").isNull()
+    is_select = (F.upper(F.get(F.col("argv"), 0)) == "SELECT") & F.col("db").isNull()
     row = (
         valid.filter(is_select & (F.size("argv") > 1))
         .orderBy(F.desc("seq"))
-        .select(F.col("argv")[1].cast("int").alias("db"))
+        .select(F.get(F.col("argv"), 1).cast("int").alias("db"))
         .first()
     )
     return initial_db if row is None or row["db"] is None else int(row["db"])

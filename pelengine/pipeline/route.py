@@ -36,7 +36,7 @@ def family_map(
     of them together, the merged family takes the smallest name and ``renamed`` gets
     ``(db, old name) -> new name`` for the others (their saved models are merged).
     """
-    name = F.upper(F.col("argv")[0])
+    name = F.upper(F.get(F.col("argv"), 0))
     # A read ties keys only when it names two streams or more: two keys and two IDs
     # after STREAMS. Counted from the first STREAMS argument, a read with fewer than 4
     # arguments after it names one stream (or none); only the others (and any read

@@ -44,7 +44,7 @@ def mark_units(
     Costs: a window per client when the log has MULTI rows; one over the global order
     of (seq, two flags), joined back by seq, only when it has ``lua`` rows.
     """
-    name = F.upper(F.col("argv")[0])
+    name = F.upper(F.get(F.col("argv"), 0))
     is_lua = F.coalesce(F.col("client") == F.lit(LUA_CLIENT), F.lit(False))
     has_multi = bool(open_units) or events.filter(name == "MULTI").limit(1).count() > 0
     has_lua = events.filter(is_lua).limit(1).count() > 0
@@ -109,7 +109,7 @@ def open_units_after(
 ) -> dict[str, int | None]:
     """7.2+: the units still open after these rows (client -> unit time or None), for the
     next incremental run; ``valid`` is what ``mark_units`` returned."""
-    name = F.upper(F.col("argv")[0])
+    name = F.upper(F.get(F.col("argv"), 0))
     rows = valid = valid.drop(EXEC_UNIT)
     if open_units:
         rows = rows.unionByName(_open_unit_rows(valid, open_units))
