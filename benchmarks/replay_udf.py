@@ -1,0 +1,251 @@
+"""CPU of the Python side of the replay alone: the grouped Arrow UDF, in-process.
+
+Generates ``--events`` events (``pelengine.generate``, default 300k over ``--keys``
+8 keys), routes them in this process the way the job does (``make_router``; keys
+tied by RENAME or a multi-stream XREADGROUP share a family, FLUSHDB/FLUSHALL reach
+every family as fan-out rows), cuts each family's rows, in seq order, into Arrow
+batches of ``--batch-rows`` (Spark's ``maxRecordsPerBatch``, 10,000) with the
+columns the job's replay reads, and feeds them through ``make_replay_function``
+(no Spark: the function is called as the worker calls it). Measured with
+``time.process_time()``: the replay (reading batches, the model, writing output
+batches) and, apart, the router. The output is digested (rows per table and a sha
+of the sorted rows) so that two versions of the code can be held to the same
+output. Before the timed replay the worker's GC settings are applied (what the UDF
+does in a Spark worker), unless ``--default-gc``.
+
+The process keeps every output batch until the digest is made: its max RSS is not
+the replay's (``benchmarks/hot_stream.py`` measures a worker's memory).
+
+Prints the figures and saves them as JSON (``--json``, default
+benchmarks/results/replay-udf-<N>-<ts>.json). ``--repeat`` runs the replay several
+times and keeps the fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+# the input columns of the job's replay (pipeline.ROW_COLUMNS plus the unit columns)
+INPUT_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("ts_ms", pa.int64()),
+        ("argv", pa.list_(pa.string())),
+        ("db", pa.int32()),
+        ("client", pa.string()),
+        ("fanout", pa.bool_()),
+        ("family", pa.string()),
+        ("marker", pa.bool_()),
+        ("exec_unit", pa.int64()),
+        ("unit", pa.string()),
+        ("lead", pa.bool_()),
+        ("silent", pa.bool_()),
+    ]
+)
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().lower().replace("_", "")
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def events(n: int, keys: int, seed: int) -> list[dict[str, Any]]:
+    """The generated log as the job replays it: rows with an argv, one per seq."""
+    from pelengine.generate import generate_events
+
+    seen: set[int] = set()
+    rows = []
+    for row in generate_events(n, keys, seed):
+        if not row["argv"] or row["seq"] in seen:
+            continue
+        seen.add(row["seq"])
+        if row["db"] is None:  # the job gives it the db the client SELECTed; 0 here
+            row["db"] = 0
+        rows.append(row)
+    return rows
+
+
+def route(
+    rows: list[dict[str, Any]], profile: str, batch_rows: int
+) -> tuple[dict[tuple[int, str], list[pa.RecordBatch]], float]:
+    """Per (db, family): the replay's input batches; and the router's CPU seconds."""
+    from pelengine.model.routing import SCOPE_ALL, SCOPE_DB, SCOPE_KEYS, linked_keys
+    from pelengine.spark.udf import make_router
+
+    parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def find(k: tuple[int, str]) -> tuple[int, str]:
+        while parent.setdefault(k, k) != k:
+            k = parent[k]
+        return k
+
+    for row in rows:
+        links = linked_keys(row["argv"])
+        for other in links[1:]:
+            a, b = find((row["db"], links[0])), find((row["db"], other))
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    family_of = {k: find(k)[1] for k in parent}
+
+    table = pa.Table.from_pylist(
+        [{c: r.get(c) for c in ("seq", "ts_ms", "argv", "db", "client")} for r in rows],
+        schema=pa.schema([INPUT_SCHEMA.field(c) for c in ("seq", "ts_ms", "argv", "db", "client")]),
+    )
+    router = make_router(profile, family_of)
+    start = time.process_time()
+    routed = pa.Table.from_batches(list(router(iter(table.to_batches(max_chunksize=batch_rows)))))
+    router_s = time.process_time() - start
+
+    per_family: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    fanned: list[tuple[str, dict[str, Any]]] = []
+    for row in routed.to_pylist():
+        if row["scope"] == SCOPE_KEYS:
+            for fam in row["families"]:
+                per_family.setdefault((row["db"], fam), []).append(row | {"fanout": False})
+        elif row["scope"] in (SCOPE_DB, SCOPE_ALL):
+            fanned.append((row["scope"], row))
+    for scope, row in fanned:
+        for db, fam in per_family:
+            if scope == SCOPE_ALL or db == row["db"]:
+                per_family[(db, fam)].append(row | {"db": db, "fanout": True})
+    batches: dict[tuple[int, str], list[pa.RecordBatch]] = {}
+    for (db, fam), fam_rows in sorted(per_family.items()):
+        fam_rows.sort(key=lambda r: r["seq"])
+        cols = {
+            "seq": [r["seq"] for r in fam_rows],
+            "ts_ms": [r["ts_ms"] for r in fam_rows],
+            "argv": [r["argv"] for r in fam_rows],
+            "db": [db] * len(fam_rows),
+            "client": [r["client"] for r in fam_rows],
+            "fanout": [r["fanout"] for r in fam_rows],
+            "family": [fam] * len(fam_rows),
+            "marker": [False] * len(fam_rows),
+            "exec_unit": [None] * len(fam_rows),
+            "unit": [None] * len(fam_rows),
+            "lead": [True] * len(fam_rows),
+            "silent": [False] * len(fam_rows),
+        }
+        t = pa.Table.from_pydict(cols, schema=INPUT_SCHEMA)
+        batches[(db, fam)] = t.to_batches(max_chunksize=batch_rows)
+    return batches, router_s
+
+
+def replay_all(
+    batches: dict[tuple[int, str], list[pa.RecordBatch]], profile: str
+) -> tuple[float, list[pa.RecordBatch]]:
+    """Every family through the replay function: (CPU seconds, output batches)."""
+    from pelengine.spark.udf import make_replay_function
+
+    fn = make_replay_function(profile, 1_800_000_000_000, 10**12)
+    out: list[pa.RecordBatch] = []
+    start = time.process_time()
+    for (db, fam), fam_batches in batches.items():
+        key = (pa.scalar(db, pa.int32()), pa.scalar(fam, pa.string()))
+        it: Iterator[pa.RecordBatch] = iter(fam_batches)
+        out.extend(fn(key, it))
+    return time.process_time() - start, out
+
+
+def digest(out: list[pa.RecordBatch]) -> dict[str, dict[str, Any]]:
+    """Rows and a sha of the sorted rows, per output table (columns that are not null)."""
+    per: dict[str, list[str]] = {}
+    for batch in out:
+        for row in batch.to_pylist():
+            shown = {k: v for k, v in row.items() if v is not None and k != "table"}
+            per.setdefault(row["table"], []).append(json.dumps(shown, sort_keys=True, default=str))
+    return {
+        t: {"rows": len(r), "sha": hashlib.sha256("\n".join(sorted(r)).encode()).hexdigest()[:16]}
+        for t, r in sorted(per.items())
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--events", default="300k")
+    p.add_argument("--keys", type=int, default=8)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--profile", default="7.0")
+    p.add_argument("--batch-rows", type=int, default=10_000)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--default-gc", action="store_true", help="leave the GC as Python sets it")
+    p.add_argument("--tag", default="")
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    n = parse_size(args.events)
+
+    import pelengine.spark.udf as udf
+
+    t0 = time.process_time()
+    rows = events(n, args.keys, args.seed)
+    gen_s = time.process_time() - t0
+    batches, router_s = route(rows, args.profile, args.batch_rows)
+    n_in = sum(b.num_rows for bs in batches.values() for b in bs)
+    del rows
+    gc.collect()
+
+    tuned = False
+    if not args.default_gc and hasattr(udf, "tune_worker_gc"):
+        udf.tune_worker_gc()
+        tuned = True
+    runs = []
+    out: list[pa.RecordBatch] = []
+    for _ in range(args.repeat):
+        out = []
+        gc.collect()
+        cpu_s, out = replay_all(batches, args.profile)
+        runs.append(cpu_s)
+    best = min(runs)
+    tables = digest(out)
+    result = {
+        "tag": args.tag,
+        "pelengine": os.path.dirname(os.path.dirname(os.path.abspath(udf.__file__))),
+        "options": vars(args),
+        "events": n,
+        "replayed_rows": n_in,
+        "families": len(batches),
+        "gc_tuned": tuned,
+        "generate_s": round(gen_s, 2),
+        "router_cpu_s": round(router_s, 3),
+        "router_cpu_s_per_1m": round(router_s * 1e6 / n, 2),
+        "replay_cpu_s": [round(r, 3) for r in runs],
+        "replay_cpu_s_per_1m_events": round(best * 1e6 / n, 2),
+        "output_rows": sum(b.num_rows for b in out),
+        "output_batches": len(out),
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "tables": tables,
+    }
+    print(
+        f"{n:,} events ({n_in:,} replayed rows, {len(batches)} families): "
+        f"replay {best:.2f} CPU-s = {result['replay_cpu_s_per_1m_events']} per 1M events "
+        f"(runs {result['replay_cpu_s']}); router {router_s:.2f} CPU-s "
+        f"= {result['router_cpu_s_per_1m']} per 1M; gc tuned: {tuned}; "
+        f"max RSS {result['max_rss_mb']} MB"
+    )
+    for t, d in tables.items():
+        print(f"  {t:20s} {d['rows']:>9,} rows  sha {d['sha']}")
+    path = args.json or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)),
+        "results",
+        f"replay-udf-{args.events}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        f"{'-' + args.tag if args.tag else ''}.json",
+    )
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
