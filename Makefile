@@ -11,7 +11,7 @@ WHEEL  := dist/pelengine-$(VERSION)-py3-none-any.whl
 PYZIP  := dist/pelengine-$(VERSION).zip
 
 .DEFAULT_GOAL := help
-.PHONY: help install run notebook test lint typecheck bench bench-incremental bench-hot bench-groups dist clean
+.PHONY: help install run notebook test lint typecheck bench bench-incremental bench-hot bench-groups bench-udf dist clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
@@ -54,6 +54,9 @@ bench-hot: install ## Python worker RSS of one hot stream (20M events; BENCH_ARG
 
 bench-groups: install ## one stream, 16 groups: the job split by group against one task (1M events; BENCH_ARGS="--events 300k")
 	$(BIN)/python benchmarks/many_groups.py $(BENCH_ARGS)
+bench-udf: install ## the replay UDF alone, in-process: CPU-s per 1M events (300k events; BENCH_ARGS="--events 1M")
+	$(BIN)/python benchmarks/replay_udf.py $(BENCH_ARGS)
+
 dist: install ## build the wheel (pip, Databricks) and the same as a .zip (spark-submit --py-files) into dist/
 	rm -rf build dist
 	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .

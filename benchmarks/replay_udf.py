@@ -81,8 +81,8 @@ def route(
     rows: list[dict[str, Any]], profile: str, batch_rows: int
 ) -> tuple[dict[tuple[int, str], list[pa.RecordBatch]], float]:
     """Per (db, family): the replay's input batches; and the router's CPU seconds."""
+    from pelengine.engine.udf import make_router
     from pelengine.model.routing import SCOPE_ALL, SCOPE_DB, SCOPE_KEYS, linked_keys
-    from pelengine.spark.udf import make_router
 
     parent: dict[tuple[int, str], tuple[int, str]] = {}
 
@@ -146,7 +146,7 @@ def replay_all(
     batches: dict[tuple[int, str], list[pa.RecordBatch]], profile: str
 ) -> tuple[float, list[pa.RecordBatch]]:
     """Every family through the replay function: (CPU seconds, output batches)."""
-    from pelengine.spark.udf import make_replay_function
+    from pelengine.engine.udf import make_replay_function
 
     fn = make_replay_function(profile, 1_800_000_000_000, 10**12)
     out: list[pa.RecordBatch] = []
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     n = parse_size(args.events)
 
-    import pelengine.spark.udf as udf
+    import pelengine.engine.udf as udf
 
     t0 = time.process_time()
     rows = events(n, args.keys, args.seed)

@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Any
 
 from pelengine.model import commands as cmd
 from pelengine.model.calls import BlockedRead, Call, Columns, Model, Profile, Row
@@ -274,20 +273,6 @@ class Replayer:
         self._segments = Columns(SEGMENT_COLUMNS)
         self._incarnations = Columns(INCARNATION_COLUMNS)
         self._segment_n = 0
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A model saved before the history rows were kept as columns (lists of dicts):
-        the same rows, as columns."""
-        self.__dict__.update(state)
-        for name, columns in (
-            ("_changes", CHANGE_COLUMNS),
-            ("_pel_history", VERSION_COLUMNS),
-            ("_segments", SEGMENT_COLUMNS),
-            ("_incarnations", INCARNATION_COLUMNS),
-        ):
-            rows = state.get(name)
-            if isinstance(rows, list):
-                setattr(self, name, Columns.from_rows(columns, rows))
 
     # -- applying commands -------------------------------------------------
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import ast
-import pickle
 from pathlib import Path
 
 import pytest
 
 import pelengine.model
-from pelengine.model import Replayer, snapshot_tables
+from pelengine.model import Replayer
 from pelengine.model.calls import Columns
-from pelengine.model.replay import CHANGE_COLUMNS
 
 MODEL_DIR = Path(pelengine.model.__file__).parent
 PACKAGE = "pelengine.model"
@@ -88,27 +86,3 @@ def _replayed() -> Replayer:
     r.apply(3, 1002, ["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"])
     r.apply(4, 1003, ["XCLAIM", "s", "g", "d", "0", "1-0"])
     return r
-
-
-def test_a_model_saved_with_rows_as_dicts_resumes() -> None:
-    """A model pickled when the history buffers were lists of dicts (state format 2
-    blobs of earlier runs) loads with the same rows, as columns."""
-    r = _replayed()
-    expected = r.drain_changes()
-    r._changes = Columns(CHANGE_COLUMNS)
-    r._changes.extend(Columns.from_rows(CHANGE_COLUMNS, expected))
-    saved = r.__dict__ | {
-        "_changes": expected,
-        "_pel_history": r._pel_history.take().rows(),
-        "_segments": [],
-        "_incarnations": [],
-    }
-    old = Replayer.__new__(Replayer)
-    old.__setstate__(saved)
-    assert isinstance(old._changes, Columns)
-    assert old.drain_changes() == expected
-    resumed = pickle.loads(pickle.dumps(old))
-    resumed.apply(5, 1004, ["XACK", "s", "g", "1-0"])
-    (acked,) = resumed.drain_changes()
-    assert acked["change"] == "acked" and acked["seq"] == 5
-    assert snapshot_tables(resumed, 2000, 5)["pel"] == []
