@@ -103,7 +103,9 @@ def route(
         [{c: r.get(c) for c in ("seq", "ts_ms", "argv", "db", "client")} for r in rows],
         schema=pa.schema([INPUT_SCHEMA.field(c) for c in ("seq", "ts_ms", "argv", "db", "client")]),
     )
-    router = make_router(profile, family_of)
+    from pelengine.settings import Settings
+
+    router = make_router(Settings(profile=profile), family_of)
     start = time.process_time()
     routed = pa.Table.from_batches(list(router(iter(table.to_batches(max_chunksize=batch_rows)))))
     router_s = time.process_time() - start
@@ -147,8 +149,9 @@ def replay_all(
 ) -> tuple[float, list[pa.RecordBatch]]:
     """Every family through the replay function: (CPU seconds, output batches)."""
     from pelengine.engine.udf import make_replay_function
+    from pelengine.settings import Settings
 
-    fn = make_replay_function(profile, 1_800_000_000_000, 10**12)
+    fn = make_replay_function(Settings(profile=profile), 1_800_000_000_000, 10**12)
     out: list[pa.RecordBatch] = []
     start = time.process_time()
     for (db, fam), fam_batches in batches.items():

@@ -24,6 +24,7 @@ from pelengine.read.pending import (
     range_bounds,
 )
 from pelengine.read.report import Thresholds
+from pelengine.settings import Settings
 from pelengine.tabular import format_csv, format_json, format_table
 
 M = UINT64_MAX
@@ -242,7 +243,7 @@ def test_replay_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = udf.Replayer.apply
     monkeypatch.setattr(udf.Replayer, "apply", broken)
-    replay = udf.make_replay_function("7.0", 10, 3)
+    replay = udf.make_replay_function(Settings(profile="7.0"), 10, 3)
     batch = pa.RecordBatch.from_pydict(
         {
             "seq": [1, 2],
@@ -264,7 +265,7 @@ def test_routing_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
         raise ValueError(f"cannot route {argv[0]}")
 
     monkeypatch.setattr(udf, "touched_keys", broken)
-    route = udf.make_router("7.0", {})
+    route = udf.make_router(Settings(profile="7.0"), {})
     batch = pa.RecordBatch.from_pydict(
         {"seq": [41], "ts_ms": [9], "argv": [["XACK", "s", "g", "1-0"]], "db": [3]}
     )

@@ -20,6 +20,7 @@ from pelengine.model.routing import SCOPE_KEYS, command_group, linked_keys, touc
 from pelengine.model.snapshot import snapshot_columns
 from pelengine.model.state import Counters
 from pelengine.schemas import REPLAY_OUTPUT_SCHEMA
+from pelengine.settings import Settings
 
 OUTPUT_BATCH_ROWS = 8192
 # the rows of the fan-out events' outcomes, and the outcome counters of a replay
@@ -151,11 +152,13 @@ def _describe_row(seq: int | None, ts_ms: int | None, argv: list[str] | None, db
 
 
 def make_router(
-    profile: str, family_of: dict[tuple[int, str], str]
+    settings: Settings, family_of: dict[tuple[int, str], str]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A mapInArrow function adding ``scope``, ``families``, the consumer group the
     command names (``group``, ``group_only``: see ``command_group``) and, for rows that
     reach no stream, the outcome a fresh model gives them (``pre_kind``/``pre_error``)."""
+
+    profile = settings.profile_name
 
     def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if _in_spark_worker():
@@ -228,22 +231,21 @@ class SeqOrderError(RuntimeError):
 
 
 def make_replay_function(
-    profile: str,
+    settings: Settings,
     as_of_ms: int,
     as_of_seq: int,
-    node_max_entries: int = 100,
-    node_max_bytes: int = 4096,
     *,
-    keep_state: bool = False,
     mark_seq: int | None = None,
     unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
 ) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The grouped (iterator-form) Arrow UDF replaying one family of stream keys.
 
-    ``node_max_entries``/``node_max_bytes`` are the server's ``stream-node-max-*``
-    settings (they decide what ``MAXLEN ~``/``MINID ~`` can drop).
+    It captures the run's frozen ``settings`` (the profile, the server's
+    ``stream-node-max-*``, whether state is kept) and the plain values of this replay:
+    the snapshot moment, ``mark_seq`` and the groups of each unit of a family split by
+    group.
 
-    ``keep_state`` (incremental runs): a row whose ``state`` column is set carries the
+    ``settings.incremental`` (keep state): a row whose ``state`` column is set carries the
     family's saved model (it sorts first: its ``seq`` is the last one applied) and the
     replay continues from it; at the end the model is emitted as a ``state`` row
     (``state_version`` and ``state``: the plain data of ``pelengine.model.persist``,
@@ -261,6 +263,9 @@ def make_replay_function(
     PEL and the stream, not the history; the pipeline merges the segments into
     ``delivery_counts``.
     """
+    profile = settings.profile_name
+    node_max_entries, node_max_bytes = settings.node_max_entries, settings.node_max_bytes
+    keep_state = settings.incremental
     schema = _arrow_schema(REPLAY_OUTPUT_SCHEMA)
     groups_of = {k: frozenset(v) for k, v in (unit_groups or {}).items()}
     as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}

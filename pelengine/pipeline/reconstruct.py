@@ -176,7 +176,7 @@ def reconstruct(
     if renamed and states_in is not None:
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = _rename_families(states_in, renamed)
-    routed = _persist(route_events(spark, valid, profile, families), persisted)
+    routed = _persist(route_events(spark, valid, options, families), persisted)
     if not chosen.unit_time_snapshot and (carry is not None and carry.waits or _blocks(routed)):
         # 7.0 with blocking reads: their units, for the family replays
         routed = _persist(mark_units(routed.drop(EXEC_UNIT), times=False), persisted)
@@ -214,13 +214,10 @@ def reconstruct(
     replayed = _persist(
         replay_stage(
             rows,
-            profile,
+            options,
             as_of_ms if as_of_ms is not None else 0,
             as_of_seq or 0,
             partitions,
-            options.node_max_entries,
-            options.node_max_bytes,
-            keep_state=options.incremental,
             mark_seq=mark_seq,
             unit_groups=unit_groups,
         ),

@@ -20,18 +20,16 @@ from pelengine.schemas import (
     REPLAY_OUTPUT_SCHEMA,
     SAVED_STATE_TYPE,
 )
+from pelengine.settings import Settings
 
 
 def replay_stage(
     routed_rows: DataFrame,
-    profile: str,
+    settings: Settings,
     as_of_ms: int,
     as_of_seq: int,
     partitions: int,
-    node_max_entries: int = 100,
-    node_max_bytes: int = 4096,
     *,
-    keep_state: bool = False,
     mark_seq: int | None = None,
     unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
 ) -> DataFrame:
@@ -39,7 +37,7 @@ def replay_stage(
     seq, then the grouped iterator UDF (same grouping columns, so Spark adds no exchange).
     ``unit_groups``: the groups of each unit of the families split by group.
 
-    With ``keep_state`` the rows may include one ``state`` row per family (its saved
+    With ``settings.incremental`` the rows may include one ``state`` row per family (its saved
     model, at the family's last applied seq, so it sorts first) and the replay emits
     each family's model at the end.
 
@@ -56,14 +54,7 @@ def replay_stage(
         .groupBy(*keys)
         .applyInArrow(
             make_replay_function(
-                profile,
-                as_of_ms,
-                as_of_seq,
-                node_max_entries,
-                node_max_bytes,
-                keep_state=keep_state,
-                mark_seq=mark_seq,
-                unit_groups=unit_groups,
+                settings, as_of_ms, as_of_seq, mark_seq=mark_seq, unit_groups=unit_groups
             ),
             REPLAY_OUTPUT_SCHEMA,
         )

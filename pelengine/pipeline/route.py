@@ -20,6 +20,7 @@ from pyspark.sql.types import (
 
 from pelengine.engine.udf import links_batches, make_router
 from pelengine.pipeline.units import EXEC_UNIT
+from pelengine.settings import Settings
 
 
 def family_map(
@@ -96,7 +97,7 @@ def family_map(
 def route_events(
     spark: SparkSession,
     valid: DataFrame,
-    profile: str,
+    settings: Settings,
     families: dict[tuple[int, str], str] | None = None,
 ) -> DataFrame:
     """Each event with its command name, scope, families and (when it reaches no
@@ -115,7 +116,7 @@ def route_events(
             StructField("group_only", BooleanType()),
         ]
     )
-    return valid.mapInArrow(make_router(profile, families), out_schema)
+    return valid.mapInArrow(make_router(settings, families), out_schema)
 
 
 def _blocks(routed: DataFrame) -> bool:

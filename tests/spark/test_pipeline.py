@@ -243,7 +243,7 @@ def test_replay_plan_has_one_shuffle_and_one_sort_by_seq(spark: SparkSession) ->
         "unit", F.when(seq % 3 == 0, (seq % 2).cast("string"))
     )
     units = {(0, "k0", "0"): ["g0"], (0, "k0", "1"): ["g1"]}
-    out = replay_stage(routed, "7.0", 100, 29, 2, unit_groups=units)
+    out = replay_stage(routed, Settings(profile="7.0"), 100, 29, 2, unit_groups=units)
     plan = out._jdf.queryExecution().executedPlan().toString()
     lines = plan.splitlines()
     exchanges = [line for line in lines if "Exchange" in line]
@@ -270,7 +270,7 @@ def test_replay_plan_without_split_sorts_once_by_seq(spark: SparkSession) -> Non
     )
     whole, stats, units = split_by_group(rows, rows, 4, 2)
     assert (stats["families_split"], units) == (0, {})
-    out = replay_stage(whole, "7.0", 100, 29, 2, unit_groups=units)
+    out = replay_stage(whole, Settings(profile="7.0"), 100, 29, 2, unit_groups=units)
     check_replay_plan(out)  # raises ReplayPlanError on a second sort
     plan = out._jdf.queryExecution().executedPlan().toString()
     assert len([line for line in plan.splitlines() if "Sort [" in line]) == 1, plan
@@ -297,7 +297,7 @@ def test_check_replay_plan_refuses_a_sort_by_keys_alone(spark: SparkSession) -> 
 
 
 def test_replay_refuses_seq_going_backwards() -> None:
-    replay = make_replay_function("7.0", 0, 0)
+    replay = make_replay_function(Settings(profile="7.0"), 0, 0)
     batch = pa.RecordBatch.from_pydict(
         {
             "seq": [1, 3, 2],

@@ -14,6 +14,7 @@ from pelengine.engine import udf
 from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.schemas import REPLAY_OUTPUT_SCHEMA
+from pelengine.settings import Settings
 
 AS_OF_MS, AS_OF_SEQ = 1_800_000_000_000, 10**9
 INPUT = pa.schema(
@@ -125,7 +126,7 @@ def test_replay_writes_the_models_rows(
 ) -> None:
     monkeypatch.setattr(udf, "OUTPUT_BATCH_ROWS", output_rows)
     rows = _events()
-    replay = udf.make_replay_function("7.0", AS_OF_MS, AS_OF_SEQ)
+    replay = udf.make_replay_function(Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ)
     got = _got(list(replay((pa.scalar(0), pa.scalar("f")), iter(_batches(rows, input_rows)))))
     expected = _expected(rows)
     stats = got.pop("stats")
@@ -142,7 +143,9 @@ def test_a_unit_of_a_split_family_writes_its_groups_rows_only() -> None:
     groups = sorted({r["group"] for r in expected["group_incarnations"]})
     assert len(groups) > 1
     mine = groups[:1]
-    replay = udf.make_replay_function("7.0", AS_OF_MS, AS_OF_SEQ, unit_groups={(0, "f", "1"): mine})
+    replay = udf.make_replay_function(
+        Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ, unit_groups={(0, "f", "1"): mine}
+    )
     key = (pa.scalar(0), pa.scalar("f"), pa.scalar("1"))
     got = _got(list(replay(key, iter(_batches(rows, 500, unit="1")))))
     assert "streams" not in got  # not the lead unit
