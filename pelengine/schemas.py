@@ -18,6 +18,12 @@ from pyspark.sql.types import (
 )
 
 from pelengine.model.persist import STATE_SCHEMA
+from pelengine.model.snapshot import (
+    GROUP_COLUMNS,
+    OWNERSHIP_COLUMNS,
+    PEL_COLUMNS,
+    STREAM_COLUMNS,
+)
 
 EVENTS_SCHEMA = StructType(
     [
@@ -106,27 +112,10 @@ PEL_ENTRY_COLUMNS = (
     "entry_exists",
 )
 
+# the snapshot tables in the order the model renders them (pelengine.model.snapshot)
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "pel": (
-        *PEL_ENTRY_COLUMNS,
-        "idle_ms",
-        "as_of_ms",
-        "as_of_seq",
-    ),
-    "ownership": (
-        "db",
-        "key",
-        "group",
-        "consumer",
-        "pending",
-        "seen_time_ms",
-        "active_time_ms",
-        "oldest_pending_id",
-        "earliest_delivery_time_ms",
-        "max_delivery_count",
-        "as_of_ms",
-        "as_of_seq",
-    ),
+    "pel": PEL_COLUMNS,
+    "ownership": OWNERSHIP_COLUMNS,
     "delivery_counts": (
         "db",
         "key",
@@ -146,32 +135,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "as_of_ms",
         "as_of_seq",
     ),
-    "groups": (
-        "db",
-        "key",
-        "group",
-        "last_delivered_id",
-        "entries_read",
-        "lag",
-        "pending",
-        "consumers",
-        "as_of_ms",
-        "as_of_seq",
-    ),
-    "streams": (
-        "db",
-        "key",
-        "length",
-        "last_generated_id",
-        "max_deleted_entry_id",
-        "entries_added",
-        "first_entry_id",
-        "last_entry_id",
-        "recorded_first_entry_id",
-        "groups",
-        "as_of_ms",
-        "as_of_seq",
-    ),
+    "groups": GROUP_COLUMNS,
+    "streams": STREAM_COLUMNS,
     "ownership_changes": (
         "db",
         "key",
