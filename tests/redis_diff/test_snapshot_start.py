@@ -79,16 +79,24 @@ def test_snapshot_then_commands_replay_to_the_final_state(
     server_kind: ServerKind, seed: int
 ) -> None:
     db = 5
-    for _attempt in range(3):  # an idle boundary the capture cannot resolve: start over
+    # Start over (with the next seed) when an idle boundary cannot be resolved, or when
+    # the server's timing left the snapshot without a pending entry: the test is about
+    # a snapshot that holds a PEL (seen once on Valkey 9.1 with seed 12).
+    for attempt in range(3):
+        first = seed + 100 * attempt
         server = start_or_fail(server_kind)
         try:
-            run_workload(server, seed, 1500, db=db, allow_flushdb=False)
+            run_workload(server, first, 1500, db=db, allow_flushdb=False)
             with server.client() as c:
                 c.execute_command("SAVE")
             rows = load_rows(read_rdb(os.path.join(server.workdir, "dump.rdb")))
+            if not any(r["argv"][1] == "PENDING" for r in rows):
+                continue
             counter = SeqCounter(len(rows) + 1)
             try:
-                after = run_workload(server, seed + 1000, 1500, db=db, counter=counter, flush=False)
+                after = run_workload(
+                    server, first + 1000, 1500, db=db, counter=counter, flush=False
+                )
             except AmbiguousTimingError:
                 continue
             truth = read_truth(server, [db])
@@ -96,10 +104,10 @@ def test_snapshot_then_commands_replay_to_the_final_state(
         finally:
             stop_server(server)
     else:
-        pytest.fail("three attempts hit an idle boundary")
+        pytest.fail("three attempts hit an idle boundary or left no PEL in the snapshot")
     assert any(r["argv"][1] == "PENDING" for r in rows), "the snapshot holds no PEL"
     verdict = check_model(
-        f"{server.describe()} snapshot + seed {seed + 1000}",
+        f"{server.describe()} snapshot + seed {first + 1000}",
         after.records,
         truth,
         profile=server.profile,
