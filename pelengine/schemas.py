@@ -18,6 +18,7 @@ from pyspark.sql.types import (
 )
 
 from pelengine.model.persist import STATE_SCHEMA
+from pelengine.model.replay import CHANGE_COLUMNS, VERSION_COLUMNS
 from pelengine.model.snapshot import (
     GROUP_COLUMNS,
     OWNERSHIP_COLUMNS,
@@ -40,6 +41,13 @@ OPTIONAL_EVENT_COLUMNS = ("db", "client", "source")
 
 _I = IntegerType()
 _L = LongType()
+
+
+def _records(*fields: tuple[str, DataType]) -> ArrayType:
+    """An array of records with these (name, type) fields, all nullable."""
+    return ArrayType(StructType([StructField(n, t, True) for n, t in fields]), True)
+
+
 _S = StringType()
 _B = BooleanType()
 
@@ -99,18 +107,6 @@ _COLUMN_TYPES: dict[str, DataType] = {
 }
 
 # What one pending entry is, in `pel` and in each version of it in `pel_history`.
-PEL_ENTRY_COLUMNS = (
-    "db",
-    "key",
-    "group",
-    "id",
-    "id_ms",
-    "id_seq",
-    "consumer",
-    "delivery_time_ms",
-    "delivery_count",
-    "entry_exists",
-)
 
 # the snapshot tables in the order the model renders them (pelengine.model.snapshot)
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -137,34 +133,9 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "groups": GROUP_COLUMNS,
     "streams": STREAM_COLUMNS,
-    "ownership_changes": (
-        "db",
-        "key",
-        "group",
-        "id",
-        "id_ms",
-        "id_seq",
-        "seq",
-        "request_seq",
-        "ts_ms",
-        "command",
-        "change",
-        "from_consumer",
-        "to_consumer",
-        "delivery_count",
-        "delivery_time_ms",
-        "as_of_ms",
-        "as_of_seq",
-    ),
-    "pel_history": (
-        *PEL_ENTRY_COLUMNS,
-        "valid_from_seq",
-        "valid_from_ms",
-        "valid_to_seq",
-        "valid_to_ms",
-        "as_of_ms",
-        "as_of_seq",
-    ),
+    # the history tables: the rows the model records, with the snapshot's moment
+    "ownership_changes": (*CHANGE_COLUMNS, "as_of_ms", "as_of_seq"),
+    "pel_history": (*VERSION_COLUMNS, "as_of_ms", "as_of_seq"),
 }
 STATE_TABLES = ("pel", "ownership", "delivery_counts", "groups", "streams")
 # What the replay emits for delivery_counts (see pelengine.model.delivery): segments of
@@ -235,30 +206,12 @@ RUN_GLOBALS_FIELDS = (
     ),
     StructField(
         "waits",
-        ArrayType(
-            StructType(
-                [
-                    StructField("client", _S, True),
-                    StructField("db", _I, True),
-                    StructField("family", _S, True),
-                ]
-            ),
-            True,
-        ),
+        _records(("client", _S), ("db", _I), ("family", _S)),
         True,
     ),
     StructField(
         "family_of",
-        ArrayType(
-            StructType(
-                [
-                    StructField("db", _I, True),
-                    StructField("key", _S, True),
-                    StructField("family", _S, True),
-                ]
-            ),
-            True,
-        ),
+        _records(("db", _I), ("key", _S), ("family", _S)),
         True,
     ),
     StructField("delivery_counts_version", _L, True),
@@ -271,6 +224,7 @@ REPLAY_OUTPUT_SCHEMA = StructType(
     + list(REPLAY_STATE_FIELDS)
     + [StructField("mark_n", _L, True), StructField("mark_x", _L, True)]
 )
+
 
 # The state table (``<out>/_state``, docs/state.md): one ``family`` row per family
 # replayed so far (db, family, applied_seq, state_version, state, agg_n, agg_x) and one

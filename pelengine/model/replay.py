@@ -60,9 +60,8 @@ CHANGE_COLUMNS = (
     "delivery_count",
     "delivery_time_ms",
 )
-# a pel_history version (without ``as_of_*``): the entry, then ``PelVersion``'s fields,
-# then when it ended (``valid_to_*`` None: still open)
-VERSION_COLUMNS = (
+# What one pending entry is, in ``pel`` and in each version of it in ``pel_history``.
+PEL_ENTRY_COLUMNS = (
     "db",
     "key",
     "group",
@@ -73,6 +72,11 @@ VERSION_COLUMNS = (
     "delivery_time_ms",
     "delivery_count",
     "entry_exists",
+)
+# a pel_history version (without ``as_of_*``): the entry, then ``PelVersion``'s fields,
+# then when it ended (``valid_to_*`` None: still open)
+VERSION_COLUMNS = (
+    *PEL_ENTRY_COLUMNS,
     "valid_from_seq",
     "valid_from_ms",
     "valid_to_seq",

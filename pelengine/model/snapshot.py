@@ -28,7 +28,7 @@ from pelengine.model.delivery import (
     append_segment,
 )
 from pelengine.model.ids import StreamID, format_id, id_parts
-from pelengine.model.replay import VERSION_COLUMNS, Replayer
+from pelengine.model.replay import PEL_ENTRY_COLUMNS, VERSION_COLUMNS, Replayer
 from pelengine.model.state import INVALID_ENTRIES_READ, DeliveryRecord
 
 AS_OF = ("as_of_ms", "as_of_seq")
@@ -58,16 +58,7 @@ GROUP_COLUMNS = (
     *AS_OF,
 )
 PEL_COLUMNS = (
-    "db",
-    "key",
-    "group",
-    "id",
-    "id_ms",
-    "id_seq",
-    "consumer",
-    "delivery_time_ms",
-    "delivery_count",
-    "entry_exists",
+    *PEL_ENTRY_COLUMNS,
     "idle_ms",
     *AS_OF,
 )
