@@ -1,13 +1,14 @@
 """Spark schemas of the input contract and of every output table (docs/outputs.md).
 
-The replay UDF returns one wide row type for all tables (``table`` says which
-one a row belongs to); ``TABLE_COLUMNS`` selects each table's columns from it.
+The replay UDF returns each table's rows in that table's own columns
+(``REPLAY_TABLE_SCHEMAS``), packed as Arrow IPC (``REPLAY_PACKED_SCHEMA``).
 """
 
 from __future__ import annotations
 
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     DataType,
     IntegerType,
@@ -17,6 +18,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
 from pelengine.model.persist import STATE_SCHEMA
 from pelengine.model.replay import CHANGE_COLUMNS, VERSION_COLUMNS
 from pelengine.model.snapshot import (
@@ -217,12 +219,56 @@ RUN_GLOBALS_FIELDS = (
     StructField("delivery_counts_version", _L, True),
 )
 
-REPLAY_OUTPUT_SCHEMA = StructType(
-    [StructField("table", _S, False)]
-    + [StructField(name, dtype, True) for name, dtype in _COLUMN_TYPES.items()]
+# Every column the replay emits, with its type: each table's rows use some of them
+# (``REPLAY_TABLE_SCHEMAS``).
+REPLAY_COLUMN_TYPES = StructType(
+    [StructField(name, dtype, True) for name, dtype in _COLUMN_TYPES.items()]
     + list(STAT_FIELDS)
     + list(REPLAY_STATE_FIELDS)
     + [StructField("mark_n", _L, True), StructField("mark_x", _L, True)]
+)
+
+# the rows of the fan-out events' outcomes, and the outcome counters of a replay
+OUTCOME_COLUMNS = ("seq", "stat_command", "stat_kind", "stat_error", "stat_count")
+STAT_COLUMNS = ("stat_command", "stat_kind", "stat_error", "stat_count")
+# a family's saved model, emitted at the end of its replay (incremental runs)
+STATE_ROW_COLUMNS = (
+    "db",
+    "family",
+    "applied_seq",
+    "state_version",
+    "state",
+    "agg_n",
+    "agg_x",
+    "mark_n",
+    "mark_x",
+)
+
+
+def _columns_schema(names: tuple[str, ...]) -> StructType:
+    return StructType([REPLAY_COLUMN_TYPES[name] for name in names])
+
+
+# What the replay emits, per table: its columns in this order, typed as above.
+REPLAY_TABLE_SCHEMAS: dict[str, StructType] = {
+    **{name: _columns_schema(TABLE_COLUMNS[name]) for name in OUTPUT_TABLES},
+    "delivery_segments": _columns_schema(SEGMENT_COLUMNS),
+    "group_incarnations": _columns_schema(INCARNATION_COLUMNS),
+    "outcome": _columns_schema(OUTCOME_COLUMNS),
+    "stats": _columns_schema(STAT_COLUMNS),
+    "state": _columns_schema(STATE_ROW_COLUMNS),
+}
+
+# The replay UDF's output: one row per batch of one table, ``payload`` an Arrow IPC
+# stream of that table's ``REPLAY_TABLE_SCHEMAS`` columns (``rows`` rows). Packed, the
+# cached replay output costs a copy of bytes, and reading one table back decodes that
+# table's batches alone, in its own narrow row type (see pelengine.engine.udf).
+REPLAY_PACKED_SCHEMA = StructType(
+    [
+        StructField("table", _S, False),
+        StructField("rows", _L, False),
+        StructField("payload", BinaryType(), False),
+    ]
 )
 
 

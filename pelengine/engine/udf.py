@@ -19,13 +19,18 @@ from pelengine.model.replay import Replayer, command_name
 from pelengine.model.routing import SCOPE_KEYS, command_group, linked_keys, touched_keys
 from pelengine.model.snapshot import snapshot_columns
 from pelengine.model.state import Counters
-from pelengine.schemas import REPLAY_OUTPUT_SCHEMA
+from pelengine.schemas import (
+    OUTCOME_COLUMNS,
+    REPLAY_COLUMN_TYPES,
+    REPLAY_PACKED_SCHEMA,
+    REPLAY_TABLE_SCHEMAS,
+    STAT_COLUMNS,
+)
 from pelengine.settings import Settings
 
 OUTPUT_BATCH_ROWS = 8192
-# the rows of the fan-out events' outcomes, and the outcome counters of a replay
-OUTCOME_COLUMNS = ("seq", "stat_command", "stat_kind", "stat_error", "stat_count")
-STAT_COLUMNS = ("stat_command", "stat_kind", "stat_error", "stat_count")
+# a packed output batch ends once its payloads reach this size (the JVM holds one whole)
+PACKED_BATCH_BYTES = 16 << 20
 
 # The automatic collections of a Python worker once ``tune_worker_gc`` ran (Python's
 # default: 700, 10, 10): the youngest generation is collected after this many net
@@ -258,33 +263,37 @@ def make_replay_function(
     segments, ended group incarnations and fan-out outcomes as they happen (drained
     after every input batch), then the final state tables (with the open
     ``pel_history`` versions, open delivery segments and live incarnations) and the
-    outcome counters, all in the wide ``REPLAY_OUTPUT_SCHEMA``. The model spills
-    closed delivery records (``spill_closed_records``): what it holds follows the
+    outcome counters, each table in its own columns (``REPLAY_TABLE_SCHEMAS``), packed
+    as Arrow IPC rows of ``REPLAY_PACKED_SCHEMA`` (``make_unpacker`` reads them back).
+    The model spills closed delivery records (``spill_closed_records``): what it holds follows the
     PEL and the stream, not the history; the pipeline merges the segments into
     ``delivery_counts``.
     """
     profile = settings.profile_name
     node_max_entries, node_max_bytes = settings.node_max_entries, settings.node_max_bytes
     keep_state = settings.incremental
-    schema = _arrow_schema(REPLAY_OUTPUT_SCHEMA)
+    known = set(REPLAY_COLUMN_TYPES.names)
+    schemas = {name: _arrow_schema(schema) for name, schema in REPLAY_TABLE_SCHEMAS.items()}
+    packed_schema = _arrow_schema(REPLAY_PACKED_SCHEMA)
     groups_of = {k: frozenset(v) for k, v in (unit_groups or {}).items()}
     as_of = {"as_of_ms": as_of_ms, "as_of_seq": as_of_seq}
     # the history tables whose rows carry as_of_* (the snapshot's have it already)
     with_as_of = ("ownership_changes", "pel_history")
 
-    def emit_columns(
+    def table_batches(
         table: str, cols: Columns, constants: dict[str, Any] | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """``cols`` as batches of ``REPLAY_OUTPUT_SCHEMA`` (at most ``OUTPUT_BATCH_ROWS``
-        rows each): ``table`` and ``constants`` in every row, null where a column is not
-        the table's."""
+        """``cols`` as batches of ``table``'s own columns (``REPLAY_TABLE_SCHEMAS``, at most
+        ``OUTPUT_BATCH_ROWS`` rows each): ``constants`` in every row, null where a column
+        is not given."""
         n = len(cols)
         if not n:
             return
         values = dict(zip(cols.names, cols.lists, strict=True))
-        unknown = [name for name in values if schema.get_field_index(name) < 0]
+        unknown = [name for name in values if name not in known]
         if unknown:
             raise ValueError(f"{table} rows have columns the replay output lacks: {unknown}")
+        schema = schemas[table]
         for start in range(0, n, OUTPUT_BATCH_ROWS):
             stop = min(start + OUTPUT_BATCH_ROWS, n)
             size = stop - start
@@ -295,18 +304,47 @@ def make_replay_function(
                 column = values.get(name)
                 if column is not None:
                     arrays.append(pa.array(column if whole else column[start:stop], field.type))
-                elif name == "table":
-                    arrays.append(pa.repeat(pa.scalar(table, field.type), size))
                 elif constants is not None and name in constants:
                     arrays.append(pa.repeat(pa.scalar(constants[name], field.type), size))
                 else:
                     arrays.append(pa.nulls(size, field.type))
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
+    def packed(parts: Iterator[tuple[str, Iterator[pa.RecordBatch]]]) -> Iterator[pa.RecordBatch]:
+        """The batches of each (table, batches) as rows of ``REPLAY_PACKED_SCHEMA``: one
+        output batch (nothing when there are no rows)."""
+        tables: list[str] = []
+        counts: list[int] = []
+        payloads: list[bytes] = []
+        size = 0
+
+        def flush() -> pa.RecordBatch:
+            out = pa.RecordBatch.from_arrays(
+                [pa.array(tables, pa.string()), pa.array(counts, pa.int64()), pa.array(payloads)],
+                schema=packed_schema,
+            )
+            tables.clear()
+            counts.clear()
+            payloads.clear()
+            return out
+
+        for table, batches in parts:
+            for batch in batches:
+                payload = pack_batch(batch)
+                tables.append(table)
+                counts.append(batch.num_rows)
+                payloads.append(payload)
+                size += len(payload)
+                if size >= PACKED_BATCH_BYTES:
+                    yield flush()
+                    size = 0
+        if tables:
+            yield flush()
+
     def emit(table: str, rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
-        """A few rows given as dicts (see ``emit_columns``)."""
+        """A few rows given as dicts (see ``table_batches``)."""
         names = list(dict.fromkeys(name for row in rows for name in row))
-        yield from emit_columns(table, Columns.from_rows(names, rows))
+        yield from packed(iter([(table, table_batches(table, Columns.from_rows(names, rows)))]))
 
     def replay(
         key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
@@ -323,9 +361,14 @@ def make_replay_function(
             return cols if lead else Columns(cols.names)
 
         def drained() -> Iterator[pa.RecordBatch]:
-            """What the replay recorded since the last call, as output rows."""
-            for table, cols in replayer.drain_tables().items():
-                yield from emit_columns(table, owned(cols), as_of if table in with_as_of else None)
+            """What the replay recorded since the last call (and the fan-out outcomes), as
+            output rows."""
+            parts = [
+                (table, table_batches(table, owned(cols), as_of if table in with_as_of else None))
+                for table, cols in replayer.drain_tables().items()
+            ]
+            parts.append(("outcome", table_batches("outcome", fanout_outcomes.take())))
+            yield from packed(iter(parts))
 
         if _in_spark_worker():
             tune_worker_gc()
@@ -415,16 +458,20 @@ def make_replay_function(
                     fanout_counts[kind_error] = fanout_counts.get(kind_error, 0) + 1
                     fanout_outcomes.append(seq, command_name(argv), outcome.kind, outcome.error, 1)
             yield from drained()
-            yield from emit_columns("outcome", fanout_outcomes.take())
         # the family's last execution unit ends with its rows: readers it unblocked
         replayer.settle()
         yield from drained()
         tables = snapshot_columns(replayer, as_of_ms, as_of_seq)
         # once this replay ends, its model is garbage (see tune_worker_gc)
         _finishing(len(tables["pel"]) + len(tables["ownership"]) + 1)
-        for table, cols in tables.items():
-            yield from emit_columns(table, owned(cols))
-        yield from emit_columns("stats", _stat_columns(replayer, fanout_counts))
+        yield from packed(
+            iter(
+                [
+                    *((table, table_batches(table, owned(cols))) for table, cols in tables.items()),
+                    ("stats", table_batches("stats", _stat_columns(replayer, fanout_counts))),
+                ]
+            )
+        )
         if keep_state:
             # the open records were emitted as segments: the saved model counts anew
             replayer.restart_open_records()
@@ -445,6 +492,35 @@ def make_replay_function(
             )
 
     return replay
+
+
+def pack_batch(batch: pa.RecordBatch) -> bytes:
+    """One batch as an Arrow IPC stream (a ``payload`` of ``REPLAY_PACKED_SCHEMA``)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def make_unpacker(table: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function (``mapInArrow``) turning the packed replay rows of ``table`` back into
+    batches of ``REPLAY_TABLE_SCHEMAS[table]``."""
+    schema = _arrow_schema(REPLAY_TABLE_SCHEMAS[table])
+
+    def unpack(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield from unpack_payloads(batch.column("payload"), schema)
+
+    return unpack
+
+
+def unpack_payloads(payloads: pa.Array, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The batches inside ``payloads`` (a binary column of ``REPLAY_PACKED_SCHEMA``)."""
+    for payload in payloads:
+        reader = pa.ipc.open_stream(payload.as_buffer())
+        if not reader.schema.equals(schema):
+            raise ValueError(f"packed replay rows of {reader.schema} where {schema} was expected")
+        yield from reader
 
 
 def dump_state(replayer: Replayer) -> dict[str, Any]:

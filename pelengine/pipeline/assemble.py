@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from pelengine.model.commands import LOAD_COMMAND
 from pelengine.model.delivery import PRIOR_SEGMENT_N, SEGMENT_COLUMNS
 from pelengine.pipeline.carry import Carry
+from pelengine.pipeline.replay import replayed_table
 from pelengine.schemas import (
     TABLE_COLUMNS,
 )
@@ -195,7 +196,7 @@ def _count_outcomes(routed: DataFrame, replayed: DataFrame, report: dict[str, An
         if row["pre_error"]:
             errors[row["pre_error"]] = errors.get(row["pre_error"], 0) + row["count"]
     stats = (
-        replayed.filter(F.col("table") == "stats")
+        replayed_table(replayed, "stats")
         .groupBy("stat_command", "stat_kind", "stat_error")
         .agg(F.sum("stat_count").alias("n"))
     )
@@ -220,7 +221,7 @@ def _count_outcomes(routed: DataFrame, replayed: DataFrame, report: dict[str, An
         F.col("pre_error").alias("stat_error"),
     )
     outcomes = (
-        replayed.filter(F.col("table") == "outcome")
+        replayed_table(replayed, "outcome")
         .select("seq", "stat_command", "stat_kind", "stat_error")
         .unionByName(alone)
         .withColumn("_rank", F.coalesce(rank, F.lit(1)))

@@ -40,15 +40,9 @@ def conform_events(events: DataFrame) -> DataFrame:
     return out
 
 
-def has_shared_seq(events: DataFrame) -> bool:
-    """Whether two rows or more share a ``seq`` (one light aggregation of ``seq`` only)."""
-    shared = events.filter(F.col("seq").isNotNull()).groupBy("seq").count().filter("count > 1")
-    return shared.limit(1).count() > 0
-
-
 def tag_rejected(events: DataFrame, shared: bool) -> DataFrame:
     """``events`` with ``reason``: null for a command to replay, else why the row is
-    rejected. ``shared`` (see :func:`has_shared_seq`): some seq is shared, so the rows
+    rejected. ``shared`` (see :func:`retag_shared`): some seq is shared, so the rows
     go through the window by seq that compares whole rows; without it no row can be a
     duplicate and the window (a shuffle of every row) is left out.
 
@@ -87,6 +81,31 @@ def tag_rejected(events: DataFrame, shared: bool) -> DataFrame:
     return ranked.withColumn("reason", reason).drop("_sig", "_n", "_variants", "_rank")
 
 
+def shared_seqs(events: DataFrame) -> DataFrame:
+    """The seqs two rows or more share (one column ``seq``; one aggregation of ``seq``)."""
+    return (
+        events.filter(F.col("seq").isNotNull())
+        .groupBy("seq")
+        .count()
+        .filter("count > 1")
+        .select("seq")
+    )
+
+
+def retag_shared(tagged: DataFrame) -> DataFrame | None:
+    """``tagged`` (by :func:`tag_rejected` with ``shared=False``) with the rows that share a
+    seq tagged again through the window that compares whole rows, or None when no seq is
+    shared. Only those rows are shuffled by seq: the others keep their tags (their window
+    partition would hold one row, so the whole-log window gives them the same reason)."""
+    shared = shared_seqs(tagged)
+    if shared.limit(1).count() == 0:
+        return None
+    columns = tagged.columns
+    others = tagged.join(shared, "seq", "left_anti").select(*columns)
+    sharing = tagged.join(shared, "seq", "left_semi").drop("reason")
+    return others.unionByName(tag_rejected(sharing, shared=True).select(*columns))
+
+
 def split_tagged(tagged: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(valid, rejected) of rows :func:`tag_rejected` tagged."""
     valid = tagged.filter(F.col("reason").isNull()).drop("reason")
@@ -96,7 +115,8 @@ def split_tagged(tagged: DataFrame) -> tuple[DataFrame, DataFrame]:
 def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(valid, rejected): rows that are not commands get a ``reason`` and leave the replay
     (:func:`tag_rejected`)."""
-    return split_tagged(tag_rejected(events, has_shared_seq(events)))
+    tagged = tag_rejected(events, shared=False)
+    return split_tagged(retag_shared(tagged) or tagged)
 
 
 def selects_without_db(valid: DataFrame) -> bool:

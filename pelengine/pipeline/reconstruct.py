@@ -32,14 +32,14 @@ from pelengine.pipeline.carry import Carry
 from pelengine.pipeline.conform import (
     conform_events,
     cut_as_of,
-    has_shared_seq,
     last_select_db,
     resolve_db,
+    retag_shared,
     selects_without_db,
     split_tagged,
     tag_rejected,
 )
-from pelengine.pipeline.replay import _seed_rows, replay_stage
+from pelengine.pipeline.replay import _seed_rows, replay_stage, replayed_table
 from pelengine.pipeline.route import (
     _blocks,
     blocking_waits,
@@ -129,10 +129,14 @@ def reconstruct(
     # replayed) is cached; the valid rows, the rejected ones and every check come from it.
     conformed = conform_events(events)
     tagged = _persist(tag_rejected(conformed, shared=False), persisted)
-    if has_shared_seq(tagged):  # rare: the rows sharing a seq are compared whole
+    retagged = retag_shared(tagged)
+    if retagged is not None:  # rows sharing a seq: compared whole, only they are shuffled
+        first = tagged
+        tagged = _persist(retagged, persisted)
+        tagged.count()  # built from the first cache, which can then go
         with contextlib.suppress(Exception):
-            tagged.unpersist()
-        tagged = _persist(tag_rejected(conformed, shared=True), persisted)
+            first.unpersist()
+            persisted.remove(first)
     valid, rejected = split_tagged(tagged)
     initial_db = carry.select_db if carry is not None else 0
     carried: dict[str, Any] = {}
@@ -225,17 +229,14 @@ def reconstruct(
         StorageLevel.DISK_ONLY,
     )
     tables = {
-        name: replayed.filter(F.col("table") == name).select(*TABLE_COLUMNS[name])
-        for name in OUTPUT_TABLES
+        name: replayed_table(replayed, name).select(*TABLE_COLUMNS[name]) for name in OUTPUT_TABLES
     }
-    segments = replayed.filter(F.col("table") == "delivery_segments").select(*SEGMENT_COLUMNS)
-    incarnations = replayed.filter(F.col("table") == "group_incarnations").select(
-        *INCARNATION_COLUMNS
-    )
+    segments = replayed_table(replayed, "delivery_segments").select(*SEGMENT_COLUMNS)
+    incarnations = replayed_table(replayed, "group_incarnations").select(*INCARNATION_COLUMNS)
     states: DataFrame | None = None
     if options.incremental:
         state_cols = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
-        states = replayed.filter(F.col("table") == "state").select(*state_cols, "mark_n", "mark_x")
+        states = replayed_table(replayed, "state").select(*state_cols, "mark_n", "mark_x")
         if carry is not None:
             assert states_in is not None
             replayed_families = states.select("db", "family")

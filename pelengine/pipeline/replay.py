@@ -13,11 +13,12 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from pelengine.engine.udf import make_replay_function
+from pelengine.engine.udf import make_replay_function, make_unpacker
 from pelengine.pipeline.route import _whole_family_unit
 from pelengine.pipeline.units import EXEC_UNIT
 from pelengine.schemas import (
-    REPLAY_OUTPUT_SCHEMA,
+    REPLAY_PACKED_SCHEMA,
+    REPLAY_TABLE_SCHEMAS,
     SAVED_STATE_TYPE,
 )
 from pelengine.settings import Settings
@@ -56,11 +57,21 @@ def replay_stage(
             make_replay_function(
                 settings, as_of_ms, as_of_seq, mark_seq=mark_seq, unit_groups=unit_groups
             ),
-            REPLAY_OUTPUT_SCHEMA,
+            REPLAY_PACKED_SCHEMA,
         )
     )
     check_replay_plan(replayed)
     return replayed
+
+
+def replayed_table(replayed: DataFrame, table: str) -> DataFrame:
+    """The rows of one ``table`` of the replay's packed output (``replay_stage``), in the
+    table's own columns (``REPLAY_TABLE_SCHEMAS``): only its batches are decoded."""
+    return (
+        replayed.filter(F.col("table") == table)
+        .select("payload")
+        .mapInArrow(make_unpacker(table), REPLAY_TABLE_SCHEMAS[table])
+    )
 
 
 class ReplayPlanError(RuntimeError):

@@ -30,7 +30,7 @@ from pelengine.runs.incremental import StateMismatchError
 from pelengine.schemas import (
     EVENTS_SCHEMA,
     OUTPUT_TABLES,
-    REPLAY_OUTPUT_SCHEMA,
+    REPLAY_TABLE_SCHEMAS,
     SAVED_STATE_TYPE,
     STATE_TABLE_SCHEMA,
 )
@@ -330,9 +330,9 @@ def test_a_family_model_goes_through_arrow_unchanged() -> None:
     the next night's seed rows among the events) holds the model exactly."""
     model, other = _waiting_model(), Replayer("7.0")
     assert model.blocked_clients() and model._units and model._ready
-    row = {"table": "state", "db": 0, "family": "s", "applied_seq": 9, **dump_state(model)}
+    row = {"db": 0, "family": "s", "applied_seq": 9, **dump_state(model)}
     row |= {"agg_n": 9, "agg_x": 123}
-    emitted = pa.RecordBatch.from_pylist([row], schema=_arrow_schema(REPLAY_OUTPUT_SCHEMA))
+    emitted = pa.RecordBatch.from_pylist([row], schema=_arrow_schema(REPLAY_TABLE_SCHEMAS["state"]))
     (back,) = emitted.to_pylist()
     seed_schema = _arrow_schema(
         StructType([StructField("seq", LongType()), StructField("state", SAVED_STATE_TYPE)])

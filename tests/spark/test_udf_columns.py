@@ -13,7 +13,7 @@ import pytest
 from pelengine.engine import udf
 from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
-from pelengine.schemas import REPLAY_OUTPUT_SCHEMA
+from pelengine.schemas import REPLAY_PACKED_SCHEMA, REPLAY_TABLE_SCHEMAS
 from pelengine.settings import Settings
 
 AS_OF_MS, AS_OF_SEQ = 1_800_000_000_000, 10**9
@@ -96,13 +96,17 @@ def _expected(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _got(batches: list[pa.RecordBatch]) -> dict[str, list[dict[str, Any]]]:
-    schema = udf._arrow_schema(REPLAY_OUTPUT_SCHEMA)
+    """The packed output, unpacked: each table's rows in its own columns."""
+    packed = udf._arrow_schema(REPLAY_PACKED_SCHEMA)
     got: dict[str, list[dict[str, Any]]] = {}
     for batch in batches:
-        assert batch.schema == schema
-        assert batch.num_rows <= udf.OUTPUT_BATCH_ROWS
-        for row in batch.to_pylist():
-            got.setdefault(row.pop("table"), []).append(row)
+        assert batch.schema == packed
+        for table, rows, payload in zip(*(c.to_pylist() for c in batch.columns), strict=True):
+            schema = udf._arrow_schema(REPLAY_TABLE_SCHEMAS[table])
+            (inner,) = udf.unpack_payloads(pa.array([payload], pa.binary()), schema)
+            assert inner.schema == schema
+            assert inner.num_rows == rows <= udf.OUTPUT_BATCH_ROWS
+            got.setdefault(table, []).extend(inner.to_pylist())
     return got
 
 
