@@ -92,17 +92,27 @@ def shared_seqs(events: DataFrame) -> DataFrame:
     )
 
 
+# at most this many shared seqs are named in a filter; more go through joins
+SHARED_SEQS_LISTED = 10_000
+
+
 def retag_shared(tagged: DataFrame) -> DataFrame | None:
     """``tagged`` (by :func:`tag_rejected` with ``shared=False``) with the rows that share a
     seq tagged again through the window that compares whole rows, or None when no seq is
     shared. Only those rows are shuffled by seq: the others keep their tags (their window
     partition would hold one row, so the whole-log window gives them the same reason)."""
-    shared = shared_seqs(tagged)
-    if shared.limit(1).count() == 0:
+    found = shared_seqs(tagged).limit(SHARED_SEQS_LISTED + 1).collect()
+    if not found:
         return None
     columns = tagged.columns
-    others = tagged.join(shared, "seq", "left_anti").select(*columns)
-    sharing = tagged.join(shared, "seq", "left_semi").drop("reason")
+    if len(found) <= SHARED_SEQS_LISTED:  # the usual case: a few, named in a filter
+        is_shared = F.coalesce(F.col("seq").isin([row["seq"] for row in found]), F.lit(False))
+        others = tagged.filter(~is_shared)
+        sharing = tagged.filter(is_shared).drop("reason")
+    else:
+        shared = shared_seqs(tagged)
+        others = tagged.join(shared, "seq", "left_anti").select(*columns)
+        sharing = tagged.join(shared, "seq", "left_semi").drop("reason")
     return others.unionByName(tag_rejected(sharing, shared=True).select(*columns))
 
 
