@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from pelengine.engine.udf import SeqOrderError, make_replay_function
 from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
+from pelengine.pipeline import conform
 from pelengine.pipeline.reconstruct import reconstruct
 from pelengine.pipeline.replay import ReplayPlanError, check_replay_plan, replay_stage
 from pelengine.pipeline.route import split_by_group
@@ -161,17 +162,26 @@ def test_rejected_rows_keep_their_reason(workload: list[dict[str, Any]], job: An
     assert all(r["reason"] for r in rejected)
 
 
-def test_identical_duplicate_rows_keep_one(spark: SparkSession) -> None:
+@pytest.mark.parametrize("listed", [10_000, 0], ids=["seqs-in-a-filter", "seqs-joined"])
+def test_identical_duplicate_rows_keep_one(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, listed: int
+) -> None:
+    monkeypatch.setattr(conform, "SHARED_SEQS_LISTED", listed)
     row = {"seq": 1, "ts_ms": 5, "argv": ["XADD", "k", "1-1", "f", "v"], "db": 0}
     other = {"seq": 2, "ts_ms": 6, "argv": ["XADD", "k", "2-1", "f", "v"], "db": 0}
     clash = {"seq": 2, "ts_ms": 6, "argv": ["XADD", "k", "3-1", "f", "v"], "db": 0}
-    events = spark.createDataFrame([row, row, other, clash], EVENTS_SCHEMA)
-    result = reconstruct(spark, events)
+    no_seq = {"seq": None, "ts_ms": 7, "argv": ["XADD", "k", "4-1", "f", "v"], "db": 0}
+    empty = {"seq": 4, "ts_ms": 8, "argv": [], "db": 0}
+    rows = [row, row, other, clash, no_seq, empty, empty]
+    result = reconstruct(spark, spark.createDataFrame(rows, EVENTS_SCHEMA))
     reasons = sorted(r["reason"] for r in result.rejected.collect())
     assert reasons == [
         "conflicting rows share seq (2)",
         "conflicting rows share seq (2)",
         "duplicate row (same seq)",
+        "empty argv",
+        "empty argv",
+        "null seq",
     ]
     streams = result.tables["streams"].collect()
     assert [(s["key"], s["length"], s["last_generated_id"]) for s in streams] == [("k", 1, "1-1")]
