@@ -128,7 +128,10 @@ def reconstruct(
     # The events are read and checked once: every row with its ``reason`` (null: to be
     # replayed) is cached; the valid rows, the rejected ones and every check come from it.
     conformed = conform_events(events)
-    tagged = _persist(tag_rejected(conformed, shared=False), persisted)
+    partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    # as many partitions as the run's parallelism, not one per file of the events table:
+    # every stage before the replay's shuffle (the router UDF among them) runs per partition
+    tagged = _persist(tag_rejected(conformed.coalesce(partitions), shared=False), persisted)
     retagged = retag_shared(tagged)
     if retagged is not None:  # rows sharing a seq: compared whole, only they are shuffled
         first = tagged
@@ -188,7 +191,6 @@ def reconstruct(
     rows = fan_out(
         routed, old_waits, states_in.select("db", "family") if states_in is not None else None
     )
-    partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
     # incremental runs keep one saved model per family: they do not split
     rows, split_stats, unit_groups = split_by_group(
         routed, rows, 0 if options.incremental else options.split_groups, partitions
