@@ -129,6 +129,21 @@ class Aligned:
     star_ms_later_seqs: list[int] = field(default_factory=list)
     pins: PinStats | None = None  # with ids_from_aof
 
+    def explain(self, seqs: Iterable[int]) -> list[str]:
+        """The capture's rows of these seqs with what the test knows of them (for failures)."""
+        by_seq = {rec.seq: rec for rec in self.records}
+        out = []
+        for seq in sorted(seqs):
+            rec = by_seq.get(seq)
+            if rec is None:
+                out.append(f"seq {seq}: no such row")
+                continue
+            out.append(
+                f"seq {seq} client {rec.client} ts_ms {rec.ts_ms} argv {rec.argv[:4]} "
+                f"reply {rec.reply!r} error {rec.error!r} note {rec.note}"
+            )
+        return out
+
 
 def _match(events: list[dict[str, Any]], mine: list[Record]) -> list[tuple[int, int]]:
     """Greedy in-order pairs (event index, record index): a record the capture skips must
