@@ -36,23 +36,13 @@ from typing import Any
 
 import pyarrow as pa
 
-# the input columns of the job's replay (pipeline.ROW_COLUMNS plus the unit columns)
-INPUT_SCHEMA = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("ts_ms", pa.int64()),
-        ("argv", pa.list_(pa.string())),
-        ("db", pa.int32()),
-        ("client", pa.string()),
-        ("fanout", pa.bool_()),
-        ("family", pa.string()),
-        ("marker", pa.bool_()),
-        ("exec_unit", pa.int64()),
-        ("unit", pa.string()),
-        ("lead", pa.bool_()),
-        ("silent", pa.bool_()),
-    ]
-)
+
+def input_schema() -> pa.Schema:
+    """The input columns of the job's replay (``pelengine.schemas.REPLAY_INPUT_SCHEMA``)."""
+    from pelengine.engine.udf import _arrow_schema
+    from pelengine.schemas import REPLAY_INPUT_SCHEMA
+
+    return _arrow_schema(REPLAY_INPUT_SCHEMA)
 
 
 def parse_size(text: str) -> int:
@@ -99,9 +89,10 @@ def route(
                 parent[max(a, b)] = min(a, b)
     family_of = {k: find(k)[1] for k in parent}
 
+    names = ("seq", "ts_ms", "argv", "db", "client")
     table = pa.Table.from_pylist(
-        [{c: r.get(c) for c in ("seq", "ts_ms", "argv", "db", "client")} for r in rows],
-        schema=pa.schema([INPUT_SCHEMA.field(c) for c in ("seq", "ts_ms", "argv", "db", "client")]),
+        [{c: r.get(c) for c in names} for r in rows],
+        schema=pa.schema([input_schema().field(c) for c in names]),
     )
     from pelengine.settings import Settings
 
@@ -139,7 +130,7 @@ def route(
             "lead": [True] * len(fam_rows),
             "silent": [False] * len(fam_rows),
         }
-        t = pa.Table.from_pydict(cols, schema=INPUT_SCHEMA)
+        t = pa.Table.from_pydict(cols, schema=input_schema())
         batches[(db, fam)] = t.to_batches(max_chunksize=batch_rows)
     return batches, router_s
 
@@ -161,13 +152,28 @@ def replay_all(
     return time.process_time() - start, out
 
 
+def table_rows(out: list[pa.RecordBatch]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(table, row) of the replay's packed output (each table's batches as Arrow IPC).
+    A checkout from before the packing is measured with its own copy of this script: its
+    digest (the non-null columns of each row) is the same, so the two compare."""
+    from pelengine.engine import udf
+    from pelengine.schemas import REPLAY_TABLE_SCHEMAS
+
+    for batch in out:
+        tables = batch.column("table").to_pylist()
+        for i, table in enumerate(tables):
+            schema = udf._arrow_schema(REPLAY_TABLE_SCHEMAS[table])
+            for inner in udf.unpack_payloads(batch.column("payload").slice(i, 1), schema):
+                for row in inner.to_pylist():
+                    yield table, row
+
+
 def digest(out: list[pa.RecordBatch]) -> dict[str, dict[str, Any]]:
     """Rows and a sha of the sorted rows, per output table (columns that are not null)."""
     per: dict[str, list[str]] = {}
-    for batch in out:
-        for row in batch.to_pylist():
-            shown = {k: v for k, v in row.items() if v is not None and k != "table"}
-            per.setdefault(row["table"], []).append(json.dumps(shown, sort_keys=True, default=str))
+    for table, row in table_rows(out):
+        shown = {k: v for k, v in row.items() if v is not None}
+        per.setdefault(table, []).append(json.dumps(shown, sort_keys=True, default=str))
     return {
         t: {"rows": len(r), "sha": hashlib.sha256("\n".join(sorted(r)).encode()).hexdigest()[:16]}
         for t, r in sorted(per.items())
@@ -224,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "router_cpu_s_per_1m": round(router_s * 1e6 / n, 2),
         "replay_cpu_s": [round(r, 3) for r in runs],
         "replay_cpu_s_per_1m_events": round(best * 1e6 / n, 2),
-        "output_rows": sum(b.num_rows for b in out),
+        "output_rows": sum(d["rows"] for d in tables.values()),
         "output_batches": len(out),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "tables": tables,

@@ -219,6 +219,25 @@ RUN_GLOBALS_FIELDS = (
     StructField("delivery_counts_version", _L, True),
 )
 
+# What the replay UDF receives per row (pipeline.route: ``ROW_COLUMNS`` and the unit
+# columns of ``split_by_group``; incremental runs add ``state``, ``SAVED_STATE_TYPE``).
+REPLAY_INPUT_SCHEMA = StructType(
+    [
+        StructField("seq", _L, True),
+        StructField("ts_ms", _L, True),
+        StructField("argv", ArrayType(_S, True), True),
+        StructField("db", _I, True),
+        StructField("client", _S, True),
+        StructField("fanout", _B, True),
+        StructField("family", _S, True),
+        StructField("marker", _B, True),
+        StructField("exec_unit", _L, True),
+        StructField("unit", _S, True),
+        StructField("lead", _B, True),
+        StructField("silent", _B, True),
+    ]
+)
+
 # Every column the replay emits, with its type: each table's rows use some of them
 # (``REPLAY_TABLE_SCHEMAS``).
 REPLAY_COLUMN_TYPES = StructType(

@@ -23,9 +23,20 @@ from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.pipeline import conform
 from pelengine.pipeline.reconstruct import reconstruct
-from pelengine.pipeline.replay import ReplayPlanError, check_replay_plan, replay_stage
+from pelengine.pipeline.replay import (
+    ReplayPlanError,
+    check_replay_plan,
+    replay_stage,
+    replayed_table,
+)
 from pelengine.pipeline.route import split_by_group
-from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, TABLE_COLUMNS, table_schema
+from pelengine.schemas import (
+    EVENTS_SCHEMA,
+    OUTPUT_TABLES,
+    REPLAY_INPUT_SCHEMA,
+    TABLE_COLUMNS,
+    table_schema,
+)
 from pelengine.settings import Settings
 
 pytestmark = pytest.mark.spark
@@ -284,7 +295,21 @@ def test_replay_plan_without_split_sorts_once_by_seq(spark: SparkSession) -> Non
     check_replay_plan(out)  # raises ReplayPlanError on a second sort
     plan = out._jdf.queryExecution().executedPlan().toString()
     assert len([line for line in plan.splitlines() if "Sort [" in line]) == 1, plan
-    assert out.filter("table = 'streams'").count() == 3
+    assert replayed_table(out, "streams").count() == 3
+
+
+def test_the_replay_receives_the_input_schema_the_benches_feed(spark: SparkSession) -> None:
+    """The rows ``split_by_group`` hands the replay have ``REPLAY_INPUT_SCHEMA``'s columns and
+    types: the UDF tests and ``make bench-udf`` build their batches from it."""
+    rows = (
+        _xadds_to_three_streams(spark)
+        .withColumn("marker", F.lit(False))
+        .withColumn("group", F.lit(None).cast("string"))
+        .withColumn("group_only", F.lit(False))
+    )
+    whole, _, _ = split_by_group(rows, rows, 0, 2)
+    got = [(f.name, f.dataType) for f in whole.schema.fields]
+    assert got == [(f.name, f.dataType) for f in REPLAY_INPUT_SCHEMA.fields]
 
 
 def test_check_replay_plan_refuses_a_sort_by_keys_alone(spark: SparkSession) -> None:

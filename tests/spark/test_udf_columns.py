@@ -13,26 +13,11 @@ import pytest
 from pelengine.engine import udf
 from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
-from pelengine.schemas import REPLAY_PACKED_SCHEMA, REPLAY_TABLE_SCHEMAS
+from pelengine.schemas import REPLAY_INPUT_SCHEMA, REPLAY_PACKED_SCHEMA, REPLAY_TABLE_SCHEMAS
 from pelengine.settings import Settings
 
 AS_OF_MS, AS_OF_SEQ = 1_800_000_000_000, 10**9
-INPUT = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("ts_ms", pa.int64()),
-        ("argv", pa.list_(pa.string())),
-        ("db", pa.int32()),
-        ("client", pa.string()),
-        ("fanout", pa.bool_()),
-        ("family", pa.string()),
-        ("marker", pa.bool_()),
-        ("exec_unit", pa.int64()),
-        ("unit", pa.string()),
-        ("lead", pa.bool_()),
-        ("silent", pa.bool_()),
-    ]
-)
+INPUT = udf._arrow_schema(REPLAY_INPUT_SCHEMA)
 
 
 def _events() -> list[dict[str, Any]]:
