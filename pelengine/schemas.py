@@ -45,9 +45,14 @@ _I = IntegerType()
 _L = LongType()
 
 
+def _struct(*fields: tuple[str, DataType]) -> StructType:
+    """A struct with these (name, type) fields, all nullable."""
+    return StructType([StructField(n, t, True) for n, t in fields])
+
+
 def _records(*fields: tuple[str, DataType]) -> ArrayType:
     """An array of records with these (name, type) fields, all nullable."""
-    return ArrayType(StructType([StructField(n, t, True) for n, t in fields]), True)
+    return ArrayType(_struct(*fields), True)
 
 
 _S = StringType()
@@ -221,21 +226,19 @@ RUN_GLOBALS_FIELDS = (
 
 # What the replay UDF receives per row (pipeline.route: ``ROW_COLUMNS`` and the unit
 # columns of ``split_by_group``; incremental runs add ``state``, ``SAVED_STATE_TYPE``).
-REPLAY_INPUT_SCHEMA = StructType(
-    [
-        StructField("seq", _L, True),
-        StructField("ts_ms", _L, True),
-        StructField("argv", ArrayType(_S, True), True),
-        StructField("db", _I, True),
-        StructField("client", _S, True),
-        StructField("fanout", _B, True),
-        StructField("family", _S, True),
-        StructField("marker", _B, True),
-        StructField("exec_unit", _L, True),
-        StructField("unit", _S, True),
-        StructField("lead", _B, True),
-        StructField("silent", _B, True),
-    ]
+REPLAY_INPUT_SCHEMA = _struct(
+    ("seq", _L),
+    ("ts_ms", _L),
+    ("argv", ArrayType(_S, True)),
+    ("db", _I),
+    ("client", _S),
+    ("fanout", _B),
+    ("family", _S),
+    ("marker", _B),
+    ("exec_unit", _L),
+    ("unit", _S),
+    ("lead", _B),
+    ("silent", _B),
 )
 
 # Every column the replay emits, with its type: each table's rows use some of them

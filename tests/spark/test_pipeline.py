@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine.engine.udf import SeqOrderError, make_replay_function
@@ -279,16 +279,21 @@ def test_replay_plan_has_one_shuffle_and_one_sort_by_seq(spark: SparkSession) ->
     check_replay_plan(out)
 
 
-def test_replay_plan_without_split_sorts_once_by_seq(spark: SparkSession) -> None:
-    """No family split: ``unit`` is the literal null split_by_group gives, a constant the
-    optimizer drops from the sort. Grouping by it too made Spark add a second sort by
-    (db, family, unit) under the UDF, which loses the seq order once it spills."""
-    rows = (
+def _fanned_out_xadds(spark: SparkSession) -> DataFrame:
+    """``_xadds_to_three_streams`` as ``fan_out`` leaves them (no markers, no groups)."""
+    return (
         _xadds_to_three_streams(spark)
         .withColumn("marker", F.lit(False))
         .withColumn("group", F.lit(None).cast("string"))
         .withColumn("group_only", F.lit(False))
     )
+
+
+def test_replay_plan_without_split_sorts_once_by_seq(spark: SparkSession) -> None:
+    """No family split: ``unit`` is the literal null split_by_group gives, a constant the
+    optimizer drops from the sort. Grouping by it too made Spark add a second sort by
+    (db, family, unit) under the UDF, which loses the seq order once it spills."""
+    rows = _fanned_out_xadds(spark)
     whole, stats, units = split_by_group(rows, rows, 4, 2)
     assert (stats["families_split"], units) == (0, {})
     out = replay_stage(whole, Settings(profile="7.0"), 100, 29, 2, unit_groups=units)
@@ -301,12 +306,7 @@ def test_replay_plan_without_split_sorts_once_by_seq(spark: SparkSession) -> Non
 def test_the_replay_receives_the_input_schema_the_benches_feed(spark: SparkSession) -> None:
     """The rows ``split_by_group`` hands the replay have ``REPLAY_INPUT_SCHEMA``'s columns and
     types: the UDF tests and ``make bench-udf`` build their batches from it."""
-    rows = (
-        _xadds_to_three_streams(spark)
-        .withColumn("marker", F.lit(False))
-        .withColumn("group", F.lit(None).cast("string"))
-        .withColumn("group_only", F.lit(False))
-    )
+    rows = _fanned_out_xadds(spark)
     whole, _, _ = split_by_group(rows, rows, 0, 2)
     got = [(f.name, f.dataType) for f in whole.schema.fields]
     assert got == [(f.name, f.dataType) for f in REPLAY_INPUT_SCHEMA.fields]
