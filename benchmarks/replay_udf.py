@@ -136,13 +136,13 @@ def route(
 
 
 def replay_all(
-    batches: dict[tuple[int, str], list[pa.RecordBatch]], profile: str
+    batches: dict[tuple[int, str], list[pa.RecordBatch]], profile: str, engine: str = "python"
 ) -> tuple[float, list[pa.RecordBatch]]:
-    """Every family through the replay function: (CPU seconds, output batches)."""
+    """Every family through the replay function of ``engine``: (CPU seconds, output batches)."""
     from pelengine.engine.udf import make_replay_function
     from pelengine.settings import Settings
 
-    fn = make_replay_function(Settings(profile=profile), 1_800_000_000_000, 10**12)
+    fn = make_replay_function(Settings(profile=profile), 1_800_000_000_000, 10**12, engine=engine)
     out: list[pa.RecordBatch] = []
     start = time.process_time()
     for (db, fam), fam_batches in batches.items():
@@ -186,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", type=int, default=8)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--profile", default="7.0")
+    p.add_argument(
+        "--engine",
+        default="python",
+        choices=("python", "native"),
+        help="the replay engine measured (native: pelengine_native, Rust)",
+    )
     p.add_argument("--batch-rows", type=int, default=10_000)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--default-gc", action="store_true", help="leave the GC as Python sets it")
@@ -213,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeat):
         out = []
         gc.collect()
-        cpu_s, out = replay_all(batches, args.profile)
+        cpu_s, out = replay_all(batches, args.profile, args.engine)
         runs.append(cpu_s)
     best = min(runs)
     tables = digest(out)
@@ -230,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         "router_cpu_s_per_1m": round(router_s * 1e6 / n, 2),
         "replay_cpu_s": [round(r, 3) for r in runs],
         "replay_cpu_s_per_1m_events": round(best * 1e6 / n, 2),
+        "engine": args.engine,
+        "events_per_cpu_s": round(n_in / best) if best else None,
         "output_rows": sum(d["rows"] for d in tables.values()),
         "output_batches": len(out),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -237,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"{n:,} events ({n_in:,} replayed rows, {len(batches)} families): "
-        f"replay {best:.2f} CPU-s = {result['replay_cpu_s_per_1m_events']} per 1M events "
+        f"{args.engine} replay {best:.2f} CPU-s = {result['replay_cpu_s_per_1m_events']} per 1M "
+        f"events ({result['events_per_cpu_s']:,} replayed rows per CPU-s) "
         f"(runs {result['replay_cpu_s']}); router {router_s:.2f} CPU-s "
         f"= {result['router_cpu_s_per_1m']} per 1M; gc tuned: {tuned}; "
         f"max RSS {result['max_rss_mb']} MB"
@@ -247,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     path = args.json or os.path.join(
         os.path.dirname(os.path.abspath(__file__)),
         "results",
-        f"replay-udf-{args.events}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        f"replay-udf-{args.engine}-{args.events}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         f"{'-' + args.tag if args.tag else ''}.json",
     )
     with open(path, "w") as f:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, NoReturn
 from pelengine.config import Config, ConfigError, load_config
 from pelengine.model import resolve_profile
 from pelengine.progress import ProgressReporter, spark_status
+from pelengine.settings import ENGINES
 from pelengine.storage import NativeDeltaRequiredError, Output
 
 if TYPE_CHECKING:
@@ -142,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="replay a stream with at least N consumer groups as one task per group "
         "(0: never; default: conf, 0; incremental runs do not split)",
+    )
+    rec.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="the replay engine: auto (native when pelengine-native is installed, else "
+        "python), native or python (default: conf, auto; docs/native.md)",
     )
     rec.add_argument("--json", action="store_true", help="print the run report as JSON")
 
@@ -446,6 +453,7 @@ def cmd_reconstruct(
         node_max_entries=_first(args.stream_node_max_entries, conf.node_max_entries),
         node_max_bytes=_first(args.stream_node_max_bytes, conf.node_max_bytes),
         split_groups=_first(args.split_groups, conf.split_groups),
+        engine=args.engine or conf.engine,
         as_of_ms=args.as_of_ms,
         as_of_seq=args.as_of_seq,
         txn_app_id=args.txn_app_id,
@@ -718,7 +726,7 @@ def cmd_demo(
         spark, events_path, events, keys, seed, progress, faults=not args.no_faults
     )
     print(f"== generated {events} events ({keys} keys, seed {seed}) into {events_path}")
-    options = Settings(profile=args.redis_version or conf.profile)
+    options = Settings(profile=args.redis_version or conf.profile, engine=conf.engine)
     report = run_reconstruct(spark, events_path, out_path, options, progress)
     print(f"== reconstructed into {out_path}")
     print(format_report(report))

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from pelengine.model import resolve_profile
+from pelengine.settings import ENGINES
 
 PACKAGED_DEFAULTS = "defaults.yaml"
 
@@ -78,6 +79,8 @@ class Config:
     node_max_bytes: int = 4096
     # replay a stream with at least this many consumer groups as one task per group
     split_groups: int = 0
+    # the replay engine: auto, native, python (pelengine.engine.native)
+    engine: str = "auto"
     generate: GenerateConfig = field(default_factory=GenerateConfig)
     demo_dir: str = "demo"
     spark: SparkConfig = field(default_factory=SparkConfig)
@@ -160,6 +163,11 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     split_groups = _int(
         {"split_groups": 0, **rec}, "split_groups", "reconstruct.split_groups", origin, 0
     )
+    engine = _opt_str({"engine": "auto", **rec}, "engine", "reconstruct.engine", origin) or "auto"
+    if engine not in ENGINES:
+        raise ConfigError(
+            f"{origin}: 'reconstruct.engine': {engine!r} is not one of {', '.join(ENGINES)}"
+        )
     gen = _section(raw, "generate", origin)
     generate = GenerateConfig(
         events=_int(gen, "events", "generate.events", origin, 0),
@@ -199,6 +207,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         node_max_entries=node_max_entries,
         node_max_bytes=node_max_bytes,
         split_groups=split_groups,
+        engine=engine,
         generate=generate,
         demo_dir=demo_dir,
         spark=spark,

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from pelengine.model import Profile, resolve_profile
 
+# the replay engines a run may ask for (pelengine.engine.native resolves them)
+ENGINES = ("auto", "native", "python")
+
 
 class SettingsError(ValueError):
     """The options of a run contradict each other or are out of range."""
@@ -40,6 +43,9 @@ class Settings:
     split_groups: int = 0
     # incremental runs: keep each family's model as state (see pelengine.runs.incremental)
     incremental: bool = False
+    # the replay engine: auto (native when importable), native, python (see
+    # pelengine.engine.native; resolved once per run by the pipeline)
+    engine: str = "auto"
 
     def __post_init__(self) -> None:
         resolved = resolve_profile(self.profile)  # ValueError naming the known versions
@@ -50,6 +56,8 @@ class Settings:
                 raise SettingsError(f"{name} must be an integer >= 0, got {value!r}")
         if self.partitions is not None and self.partitions < 1:
             raise SettingsError(f"partitions must be >= 1, got {self.partitions!r}")
+        if self.engine not in ENGINES:
+            raise SettingsError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.incremental and (self.as_of_ms is not None or self.as_of_seq is not None):
             raise SettingsError("--incremental cannot be combined with --as-of-ms/--as-of-seq")
 

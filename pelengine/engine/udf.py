@@ -13,6 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from pelengine.engine.native import EngineError
+from pelengine.engine.native import require as require_native
 from pelengine.model import persist
 from pelengine.model.calls import Columns
 from pelengine.model.replay import Replayer, command_name
@@ -242,8 +244,13 @@ def make_replay_function(
     *,
     mark_seq: int | None = None,
     unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
+    engine: str = "python",
 ) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The grouped (iterator-form) Arrow UDF replaying one family of stream keys.
+
+    ``engine``: "python" (the Python model, below) or "native" (``pelengine_native``'s
+    ``FamilyReplay``: the same loop in Rust, Arrow batches in and out; see
+    ``engine.native``). Both give the same rows (tests/native).
 
     It captures the run's frozen ``settings`` (the profile, the server's
     ``stream-node-max-*``, whether state is kept) and the plain values of this replay:
@@ -340,6 +347,43 @@ def make_replay_function(
                     size = 0
         if tables:
             yield flush()
+
+    def native_replay(
+        key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[pa.RecordBatch]:
+        """The native core's replay of one family: it reads the input batches through the
+        Arrow C data interface and returns each table's batches; only packing is left here."""
+        core = require_native()
+        unit = key[2].as_py() if len(key) > 2 else None
+        own = None if unit is None else groups_of[(key[0].as_py(), key[1].as_py(), unit)]
+        family = f"db={key[0].as_py()} family={key[1].as_py()!r}" + (
+            "" if own is None else f" groups={sorted(own)}"
+        )
+        replay = core.FamilyReplay(
+            profile,
+            node_max_entries,
+            node_max_bytes,
+            as_of_ms,
+            as_of_seq,
+            family,
+            None if own is None else sorted(own),
+            schemas,
+        )
+        try:
+            for batch in batches:
+                yield from packed((table, iter((out,))) for table, out in replay.feed(batch))
+            yield from packed((table, iter((out,))) for table, out in replay.finish())
+        except core.SeqOrderError as exc:
+            raise SeqOrderError(str(exc)) from None
+        except core.ReplayRowError as exc:
+            raise ReplayRowError(str(exc)) from None
+
+    if engine == "native":
+        if keep_state:
+            raise EngineError("the native engine does not keep state: run incremental on python")
+        return native_replay
+    if engine != "python":
+        raise EngineError(f"unknown engine {engine!r}")
 
     def emit(table: str, rows: list[dict[str, Any]]) -> Iterator[pa.RecordBatch]:
         """A few rows given as dicts (see ``table_batches``)."""

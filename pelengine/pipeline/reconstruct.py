@@ -19,6 +19,7 @@ from pyspark.sql.types import (
     LongType,
 )
 
+from pelengine.engine.native import resolve_engine
 from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
 from pelengine.pipeline.assemble import (
     _carry_tables,
@@ -113,6 +114,8 @@ def reconstruct(
     options = options or Settings()
     chosen, profile_reason = options.model_profile, options.profile_reason
     profile = chosen.name
+    # once, on the driver: the executors run what was chosen here (a plain value)
+    engine, engine_reason = resolve_engine(options.engine, keep_state=options.incremental)
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
@@ -212,7 +215,7 @@ def reconstruct(
         else "",
     )
     snap_ms, snap_seq = as_of_ms if as_of_ms is not None else 0, as_of_seq or 0
-    progress(f"replaying through the {profile} model in {partitions} partitions")
+    progress(f"replaying through the {profile} model ({engine} engine) in {partitions} partitions")
     # DISK_ONLY: the replay output (every history row) is the largest thing cached; a
     # MEMORY_AND_DISK block spilled to disk is read back into the heap whole, and a block
     # of a few GB (10M events in 4 partitions) then ends the JVM with OutOfMemoryError.
@@ -226,6 +229,7 @@ def reconstruct(
             partitions,
             mark_seq=mark_seq,
             unit_groups=unit_groups,
+            engine=engine,
         ),
         persisted,
         StorageLevel.DISK_ONLY,
@@ -266,6 +270,8 @@ def reconstruct(
     report: dict[str, Any] = {
         "profile": profile,
         "profile_reason": profile_reason,
+        "engine": engine,
+        "engine_reason": engine_reason,
         "stream_node_max": {
             "entries": options.node_max_entries,
             "bytes": options.node_max_bytes,

@@ -33,6 +33,7 @@ def replay_stage(
     *,
     mark_seq: int | None = None,
     unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
+    engine: str = "python",
 ) -> DataFrame:
     """The one shuffle and sort: (family, unit)s hashed to partitions, events sorted by
     seq, then the grouped iterator UDF (same grouping columns, so Spark adds no exchange).
@@ -41,6 +42,8 @@ def replay_stage(
     With ``settings.incremental`` the rows may include one ``state`` row per family (its saved
     model, at the family's last applied seq, so it sorts first) and the replay emits
     each family's model at the end.
+
+    ``engine``: "python" or "native" (resolved by the caller, ``engine.native``).
 
     ``unit`` is a grouping key only when some family is split: otherwise it is the
     literal null, the optimizer drops a constant from the sort, and the grouped UDF
@@ -55,7 +58,12 @@ def replay_stage(
         .groupBy(*keys)
         .applyInArrow(
             make_replay_function(
-                settings, as_of_ms, as_of_seq, mark_seq=mark_seq, unit_groups=unit_groups
+                settings,
+                as_of_ms,
+                as_of_seq,
+                mark_seq=mark_seq,
+                unit_groups=unit_groups,
+                engine=engine,
             ),
             REPLAY_PACKED_SCHEMA,
         )

@@ -51,6 +51,8 @@ def format_report(report: dict[str, Any]) -> str:
         f" / {report.get('as_of_ms')} ms  (events {inp.get('path', '?')}, Delta version "
         f"{inp.get('delta_version', '?')})",
     ]
+    if report.get("engine"):
+        lines.append(f"engine {report['engine']} ({report.get('engine_reason', '')})")
     for snap in report.get("starting_state") or []:
         lines.append(
             f"starting state: a snapshot ({snap['rows']:,} PELENGINE.LOAD rows from source "

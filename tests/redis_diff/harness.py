@@ -270,7 +270,8 @@ def check_model(
 ) -> Verdict:
     """``start``: events rows applied first, unjudged (e.g. a snapshot's load rows);
     ``tolerance_ms``: how far times may be from the server's (``compare.compare_table``)."""
-    from pelengine.model import Replayer, snapshot_tables
+    from tests.native.twin import TwinReplayer as Replayer
+    from tests.native.twin import twin_snapshot_tables as snapshot_tables
 
     tables = tuple(tables)
     verdict = Verdict(

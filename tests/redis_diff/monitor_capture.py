@@ -383,9 +383,9 @@ def xadd_id_mismatches(records: list[Record], profile: str = "7.0") -> list[str]
 
     The tables only show IDs that are still there at a checkpoint; this sees every one.
     """
-    from pelengine.model import Replayer
+    from tests.native.twin import TwinReplayer
 
-    replayer = Replayer(profile=profile)
+    replayer = TwinReplayer(profile=profile)
     out = []
     for rec in records:
         replayer.apply(seq=rec.seq, ts_ms=rec.ts_ms, argv=rec.argv, db=rec.db, client=rec.client)

@@ -61,7 +61,8 @@ def cases(kind: ServerKind) -> list[tuple[int, str]]:
 
 
 def replay_rows(rows: list[dict[str, Any]], profile: str) -> dict[str, list[dict[str, Any]]]:
-    from pelengine.model import Replayer, snapshot_tables
+    from tests.native.twin import TwinReplayer as Replayer
+    from tests.native.twin import twin_snapshot_tables as snapshot_tables
 
     replayer = Replayer(profile)
     for r in rows:

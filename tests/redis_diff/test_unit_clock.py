@@ -20,7 +20,8 @@ import pytest
 from pelengine.ingest.aof import read_aof
 from pelengine.ingest.monitor import parse_file
 from pelengine.ingest.pin import pin_star_ids
-from pelengine.model import Replayer, snapshot_tables
+from tests.native.twin import TwinReplayer as Replayer
+from tests.native.twin import twin_snapshot_tables as snapshot_tables
 from tests.redis_diff.aof_support import AOF_ARGS, aof_dir, aof_server, effects_only
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.monitor_capture import MonitorCapture

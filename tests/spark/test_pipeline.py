@@ -115,10 +115,12 @@ def workload() -> list[dict[str, Any]]:
     return _workload()
 
 
-@pytest.fixture(scope="module")
-def job(spark: SparkSession, workload: list[dict[str, Any]]) -> Any:
+@pytest.fixture(scope="module", params=["native", "python"])
+def job(spark: SparkSession, workload: list[dict[str, Any]], request: Any) -> Any:
+    """The job on each engine (both against one Python replay in seq order)."""
     events = spark.createDataFrame(workload, EVENTS_SCHEMA)
-    result = reconstruct(spark, events, Settings(profile="7.0"))
+    result = reconstruct(spark, events, Settings(profile="7.0", engine=request.param))
+    assert result.report["engine"] == request.param
     yield result
     result.unpersist()
 
@@ -331,8 +333,9 @@ def test_check_replay_plan_refuses_a_sort_by_keys_alone(spark: SparkSession) -> 
         check_replay_plan(bad)
 
 
-def test_replay_refuses_seq_going_backwards() -> None:
-    replay = make_replay_function(Settings(profile="7.0"), 0, 0)
+@pytest.mark.parametrize("engine", ["native", "python"])
+def test_replay_refuses_seq_going_backwards(engine: str) -> None:
+    replay = make_replay_function(Settings(profile="7.0"), 0, 0, engine=engine)
     batch = pa.RecordBatch.from_pydict(
         {
             "seq": [1, 3, 2],
