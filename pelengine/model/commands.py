@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pelengine.model import listpack as lp
 from pelengine.model.calls import BlockedRead, Call, Model
 from pelengine.model.ids import (
+    I64_MAX,
+    I64_MIN,
     MAX_ID,
     U64_MAX,
     ZERO_ID,
@@ -128,17 +130,21 @@ def estimate_entries_read(stream: Stream, entry_id: StreamID, strict: bool = Fal
 
 
 def group_lag(stream: Stream, group: Group, strict: bool = False) -> int | None:
-    """The lag XINFO GROUPS reports, or None where the server replies nil."""
+    """The lag XINFO GROUPS reports, or None where the server replies nil; None too for a
+    lag beyond a signed 64-bit integer (only counters a snapshot or ``ENTRIESREAD`` set to
+    extremes give one: the server's own subtraction overflows there)."""
     if not stream.entries_added:
         return 0
     if group.entries_read != INVALID_ENTRIES_READ and not range_has_tombstones(
         stream, group.last_id, strict
     ):
-        return stream.entries_added - group.entries_read
-    estimate = estimate_entries_read(stream, group.last_id, strict)
-    if estimate == INVALID_ENTRIES_READ:
-        return None
-    return stream.entries_added - estimate
+        lag = stream.entries_added - group.entries_read
+    else:
+        estimate = estimate_entries_read(stream, group.last_id, strict)
+        if estimate == INVALID_ENTRIES_READ:
+            return None
+        lag = stream.entries_added - estimate
+    return lag if I64_MIN <= lag <= I64_MAX else None
 
 
 def _count_read(stream: Stream, group: Group, entry_id: StreamID, strict: bool) -> None:

@@ -1,0 +1,88 @@
+//! What the replayer, the command handlers and the snapshot share.
+//!
+//! * `Profile`: the behaviour that differs between server versions;
+//! * `Call`: one command being applied; `BlockedRead`: a client waiting in
+//!   `XREADGROUP ... BLOCK`.
+//!
+//! (Python's `Model` protocol is `commands::Model`, its `Columns` the sinks of
+//! `history`.)
+
+use std::cell::Cell;
+
+use crate::ids::StreamId;
+
+/// Behaviour that differs between server versions (see docs/redis-semantics.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Profile {
+    pub name: &'static str,
+    pub active_time: bool,
+    pub eager_consumers: bool,
+    pub xsetid_checks_max_deleted: bool,
+    pub unit_time_snapshot: bool,
+    /// the entries_read/lag estimates of Valkey 8.1.1+ (see commands::range_has_tombstones)
+    pub strict_lag: bool,
+    /// a script's XREADGROUP may name BLOCK (it never blocks); 7.0 and 7.2 refuse it
+    pub script_block: bool,
+}
+
+/// One command being applied: its arguments and its moment.
+///
+/// `touched_stream` and `result` are cells: a handler sets them through a shared
+/// reference while it reads `argv`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub seq: i64,
+    pub now: i64,
+    pub db: i64,
+    pub client: Option<String>,
+    pub argv: Vec<String>,
+    pub command: String,
+    /// XADD: the new ID; XAUTOCLAIM: the cursor
+    pub result: Cell<Option<StreamId>>,
+    pub touched_stream: Cell<bool>,
+    /// the command whose request this is: differs from `seq` for a blocked read
+    /// served during a later command
+    pub request_seq: Option<i64>,
+}
+
+impl Call {
+    pub fn new(
+        seq: i64,
+        now: i64,
+        db: i64,
+        client: Option<String>,
+        argv: Vec<String>,
+        command: &str,
+        request_seq: Option<i64>,
+    ) -> Self {
+        Call {
+            seq,
+            now,
+            db,
+            client,
+            argv,
+            command: command.to_string(),
+            result: Cell::new(None),
+            touched_stream: Cell::new(false),
+            request_seq,
+        }
+    }
+}
+
+/// A client waiting in `XREADGROUP ... BLOCK` for one of its keys.
+///
+/// Compared field by field (Python's dataclass equality).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockedRead {
+    pub seq: i64,
+    pub client: Option<String>,
+    pub db: i64,
+    pub argv: Vec<String>,
+    pub keys: Vec<String>,
+    pub group: String,
+    pub consumer: String,
+    pub count: i64,
+    pub noack: bool,
+    /// ms; None for BLOCK 0 (forever). i128: `now + timeout` of two i64 (a Python int).
+    pub deadline: Option<i128>,
+}

@@ -1,0 +1,360 @@
+//! The state Redis keeps per stream key, as plain structs.
+//!
+//! A stream holds its live entry IDs (values are irrelevant to consumer groups),
+//! its counters, and its consumer groups. A group holds its last delivered ID, its
+//! `entries_read` counter (-1 when Redis considers it invalid), the group PEL and
+//! its consumers; each consumer indexes the same pending entries by owner.
+//!
+//! Beyond what Redis keeps, a group also keeps one `DeliveryRecord` per entry ID
+//! it ever delivered: the history behind the `delivery_counts` table (a replayer
+//! that spills closed records keeps only those of pending entries, see
+//! `Replayer`); and each pending entry its open `PelVersion`: the current row of
+//! `pel_history`. A group knows the `seq` of the command that created it: what
+//! tells one incarnation of a group name from the next after a destroy or a delete.
+//!
+//! Python's object references become names: a pending entry names its consumer
+//! (`PendingEntry::consumer`), looked up in `Group::consumers`; a consumer's PEL is
+//! the set of IDs it holds, whose entries live in `Group::pel`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use indexmap::IndexMap;
+
+use crate::ids::{StreamId, ZERO_ID};
+
+pub const INVALID_ENTRIES_READ: i64 = -1;
+
+/// What a pending entry showed from one moment on: the open row of `pel_history`.
+///
+/// `consumer`, `delivery_time`, `delivery_count` and `entry_exists` are the entry's
+/// PEL-visible fields; `from_seq`/`from_ms` the command that set them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PelVersion {
+    pub consumer: Option<String>,
+    pub delivery_time: i64,
+    pub delivery_count: i64,
+    pub entry_exists: bool,
+    pub from_seq: i64,
+    pub from_ms: i64,
+}
+
+/// One entry of a group PEL: who holds it, since when, how often delivered.
+///
+/// `version` is the entry's current `pel_history` version (None when the replay does
+/// not record history).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingEntry {
+    pub consumer: Option<String>,
+    pub delivery_time: i64,
+    pub delivery_count: i64,
+    pub version: Option<PelVersion>,
+}
+
+impl PendingEntry {
+    pub fn new(consumer: Option<String>, delivery_time: i64, delivery_count: i64) -> Self {
+        PendingEntry {
+            consumer,
+            delivery_time,
+            delivery_count,
+            version: None,
+        }
+    }
+}
+
+/// A consumer of a group, with its own view of the pending entries it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Consumer {
+    pub name: String,
+    pub seen_time: i64,
+    pub active_time: i64,
+    pub pel: BTreeSet<StreamId>,
+}
+
+impl Consumer {
+    pub fn new(name: &str, now: i64) -> Self {
+        Consumer {
+            name: name.to_string(),
+            seen_time: now,
+            active_time: -1,
+            pel: BTreeSet::new(),
+        }
+    }
+}
+
+/// The life of one entry ID in one group: the row of `delivery_counts`.
+///
+/// With spilling (see `Replayer`) it is one segment of that life: from a delivery
+/// of the entry while it was not pending (or from the start of a run, for an entry
+/// already pending: then without deliveries so far, `first`/`last_delivery_ms`
+/// None) to the moment it left the PEL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryRecord {
+    pub delivery_count: i64,
+    pub deliveries: i64,
+    pub owners: BTreeSet<String>,
+    pub first_delivery_ms: Option<i64>,
+    pub last_delivery_ms: Option<i64>,
+    pub status: String,
+    pub closed_ms: Option<i64>,
+}
+
+impl DeliveryRecord {
+    pub fn new(
+        delivery_count: i64,
+        deliveries: i64,
+        owners: BTreeSet<String>,
+        first_delivery_ms: Option<i64>,
+        last_delivery_ms: Option<i64>,
+    ) -> Self {
+        DeliveryRecord {
+            delivery_count,
+            deliveries,
+            owners,
+            first_delivery_ms,
+            last_delivery_ms,
+            status: "pending".to_string(),
+            closed_ms: None,
+        }
+    }
+}
+
+/// A consumer group: last delivered ID, read counter, PEL and consumers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub name: String,
+    pub last_id: StreamId,
+    pub entries_read: i64,
+    /// the seq of the XGROUP CREATE that made this group (its incarnation)
+    pub created_seq: i64,
+    pub pel: BTreeMap<StreamId, PendingEntry>,
+    /// insertion-ordered, as Python's dict
+    pub consumers: IndexMap<String, Consumer>,
+    /// insertion-ordered, as Python's dict
+    pub records: IndexMap<StreamId, DeliveryRecord>,
+}
+
+impl Group {
+    pub fn new(name: &str, last_id: StreamId, entries_read: i64, created_seq: i64) -> Self {
+        Group {
+            name: name.to_string(),
+            last_id,
+            entries_read,
+            created_seq,
+            pel: BTreeMap::new(),
+            consumers: IndexMap::new(),
+            records: IndexMap::new(),
+        }
+    }
+}
+
+/// One internal node (listpack) of a stream: Redis trims `~` only whole nodes.
+///
+/// `total` counts live and deleted entries (with `nbytes`, the listpack's size, it
+/// decides when the next entry opens a new node), `live` the entries still in the
+/// stream, `last_id` the last entry appended to it (deleted or not), `fields` the
+/// master entry's field names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub master_id: StreamId,
+    pub total: i64,
+    pub live: i64,
+    pub last_id: StreamId,
+    pub fields: Vec<String>,
+    pub nbytes: i64,
+}
+
+impl Node {
+    pub fn new(master_id: StreamId, fields: Vec<String>, nbytes: i64) -> Self {
+        Node {
+            master_id,
+            total: 1,
+            live: 1,
+            last_id: master_id,
+            fields,
+            nbytes,
+        }
+    }
+}
+
+/// The live entry IDs of a stream, in order: Python's `SortedList`.
+///
+/// A multiset, as the `SortedList` is: only `PELENGINE.LOAD` rows can put one ID in
+/// twice (every server command adds IDs above all others), and then the model keeps
+/// both, as the Python model does. The read API is that of a `BTreeSet`
+/// (`first`, `last`, `contains`, `len`, `iter`), with duplicates repeated.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entries {
+    counts: BTreeMap<StreamId, usize>,
+    len: usize,
+}
+
+impl Entries {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn contains(&self, id: &StreamId) -> bool {
+        self.counts.contains_key(id)
+    }
+
+    pub fn first(&self) -> Option<&StreamId> {
+        self.counts.keys().next()
+    }
+
+    pub fn last(&self) -> Option<&StreamId> {
+        self.counts.keys().next_back()
+    }
+
+    /// Every ID in order (an ID held twice comes twice).
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &StreamId> + '_ {
+        self.counts
+            .iter()
+            .flat_map(|(id, n)| std::iter::repeat_n(id, *n))
+    }
+
+    /// The IDs at or after `start`, in order (`irange(minimum=start)`).
+    pub fn iter_from(&self, start: StreamId) -> impl Iterator<Item = &StreamId> + '_ {
+        self.counts
+            .range(start..)
+            .flat_map(|(id, n)| std::iter::repeat_n(id, *n))
+    }
+
+    /// `SortedList.add`.
+    pub fn insert(&mut self, id: StreamId) {
+        *self.counts.entry(id).or_insert(0) += 1;
+        self.len += 1;
+    }
+
+    /// `SortedList.remove` of one occurrence (false when absent).
+    pub fn remove_one(&mut self, id: &StreamId) -> bool {
+        match self.counts.get_mut(id) {
+            None => false,
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    self.counts.remove(id);
+                }
+                self.len -= 1;
+                true
+            }
+        }
+    }
+
+    /// `del entries[:n]`: the first `n` IDs (fewer when shorter), removed and returned.
+    pub fn pop_front(&mut self, n: usize) -> Vec<StreamId> {
+        let mut out = Vec::with_capacity(n.min(self.len));
+        while out.len() < n {
+            let Some(mut first) = self.counts.first_entry() else {
+                break;
+            };
+            let id = *first.key();
+            let take = (*first.get()).min(n - out.len());
+            out.extend(std::iter::repeat_n(id, take));
+            *first.get_mut() -= take;
+            if *first.get() == 0 {
+                first.remove();
+            }
+            self.len -= take;
+        }
+        out
+    }
+
+    /// `min(bisect_left(id), cap)`: how many IDs lie below `id`, counting up to `cap`.
+    pub fn count_below(&self, id: &StreamId, cap: usize) -> usize {
+        let mut below = 0usize;
+        for (_, n) in self.counts.range(..*id) {
+            below += n;
+            if below >= cap {
+                return cap;
+            }
+        }
+        below
+    }
+}
+
+/// A stream key: live entry IDs, generation counters, internal nodes and groups.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stream {
+    pub entries: Entries,
+    pub last_id: StreamId,
+    pub entries_added: i64,
+    pub max_deleted_entry_id: StreamId,
+    /// Redis' "recorded first entry id": updated on add/trim/XDEL, 0-0 when empty.
+    pub first_id: StreamId,
+    /// insertion-ordered, as Python's dict
+    pub groups: IndexMap<String, Group>,
+    pub nodes: Vec<Node>,
+}
+
+impl Stream {
+    pub fn new() -> Self {
+        Stream {
+            first_id: ZERO_ID,
+            ..Default::default()
+        }
+    }
+
+    pub fn length(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// What a key holds: a stream, or another data type (tracked only to answer
+/// WRONGTYPE and overwrites; Python's `OtherValue`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Stream(Stream),
+    Other(String),
+}
+
+/// What the replay did, per outcome and per Redis error kind (maps in insertion order).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub applied: i64,
+    pub ignored: i64,
+    pub failed: i64,
+    pub errors: IndexMap<String, i64>,
+    pub commands: IndexMap<String, i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(ms: u64) -> StreamId {
+        StreamId::new(ms, 0)
+    }
+
+    #[test]
+    fn entries_multiset() {
+        let mut e = Entries::new();
+        for ms in [3, 1, 2, 2] {
+            e.insert(id(ms));
+        }
+        assert_eq!(e.len(), 4);
+        assert_eq!(e.first(), Some(&id(1)));
+        assert_eq!(e.last(), Some(&id(3)));
+        assert_eq!(
+            e.iter().copied().collect::<Vec<_>>(),
+            [id(1), id(2), id(2), id(3)]
+        );
+        assert_eq!(e.iter_from(id(2)).count(), 3);
+        assert_eq!(e.count_below(&id(3), 10), 3);
+        assert_eq!(e.count_below(&id(3), 2), 2);
+        assert_eq!(e.pop_front(2), [id(1), id(2)]);
+        assert!(e.contains(&id(2)));
+        assert!(e.remove_one(&id(2)));
+        assert!(!e.contains(&id(2)));
+        assert!(!e.remove_one(&id(2)));
+        assert_eq!(e.pop_front(5), [id(3)]);
+        assert!(e.is_empty());
+    }
+}

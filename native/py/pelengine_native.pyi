@@ -1,0 +1,64 @@
+"""The native (Rust) replay core of pelengine: its Python face."""
+
+from typing import Any
+
+import pyarrow as pa
+
+__version__: str
+ENGINE: str
+ABI: int
+
+class SeqOrderError(RuntimeError):
+    """The replay saw ``seq`` go backwards: the physical plan lost the per-stream order."""
+
+class ReplayRowError(RuntimeError):
+    """The model failed on one event (a bug, not a Redis error): names the row."""
+
+class FamilyReplay:
+    """The replay of one family of stream keys (udf.py's ``replay``, without state)."""
+
+    def __init__(
+        self,
+        profile: str,
+        node_max_entries: int,
+        node_max_bytes: int,
+        as_of_ms: int,
+        as_of_seq: int,
+        family: str,
+        own_groups: list[str] | None,
+        schemas: dict[str, pa.Schema],
+    ) -> None: ...
+    def feed(self, batch: pa.RecordBatch) -> list[tuple[str, pa.RecordBatch]]: ...
+    def finish(self) -> list[tuple[str, pa.RecordBatch]]: ...
+
+class Replayer:
+    """The model one event at a time (the Python ``Replayer``'s face)."""
+
+    def __init__(
+        self,
+        profile: str,
+        *,
+        record_changes: bool = True,
+        node_max_entries: int = 100,
+        node_max_bytes: int = 4096,
+        spill_closed_records: bool = False,
+    ) -> None: ...
+    def apply(
+        self,
+        seq: int,
+        ts_ms: int,
+        argv: list[str],
+        db: int | None = 0,
+        client: str | None = None,
+        unit: int | None = None,
+        unit_known: bool = False,
+    ) -> tuple[str, str | None]: ...
+    def client_activity(
+        self, ts_ms: int, client: str | None, unit: int | None = None, unit_known: bool = False
+    ) -> None: ...
+    def settle(self) -> None: ...
+    def drain_tables(self) -> dict[str, pa.RecordBatch]: ...
+    def snapshot(self, as_of_ms: int, as_of_seq: int) -> dict[str, pa.RecordBatch]: ...
+    def counters(self) -> dict[str, Any]: ...
+    def notes(self) -> dict[str, int]: ...
+    def restart_open_records(self) -> None: ...

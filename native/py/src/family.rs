@@ -1,0 +1,430 @@
+//! The replay of one family of stream keys: the loop of udf.py's `replay` (without
+//! keeping state), Arrow batches in, each output table's Arrow batches out.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+use pelmodel::replay::{command_name, Replayer, Unit};
+
+use crate::cols::{Cols, Kind, Val};
+use crate::describe::describe_row;
+use crate::history::history_cols;
+use crate::input::{has_state, Bools, Ints, StrLists, Strs};
+use crate::snapshot::snapshot_cols;
+
+/// What went wrong, as the Python exception it becomes.
+#[derive(Debug)]
+pub enum Failure {
+    /// `SeqOrderError`
+    SeqOrder(String),
+    /// `ReplayRowError`
+    Row(String),
+    /// `TypeError`: an input column of the wrong type
+    Type(String),
+    /// `ValueError`: input this replay cannot take
+    Value(String),
+    /// `RuntimeError`: a bug here, or a call after a failed one
+    Runtime(String),
+}
+
+/// The text of a panic's payload.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic".to_owned()
+    }
+}
+
+/// `f()`, a panic in it an `Err` with its text.
+pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_text(p.as_ref()))
+}
+
+/// The tables a family replay emits, each needs its schema.
+pub const OUTPUT_TABLES: [&str; 11] = [
+    "ownership_changes",
+    "pel_history",
+    "delivery_segments",
+    "group_incarnations",
+    "outcome",
+    "pel",
+    "ownership",
+    "delivery_counts",
+    "groups",
+    "streams",
+    "stats",
+];
+
+/// the history tables whose rows carry `as_of_*` (the snapshot's have it already)
+const WITH_AS_OF: [&str; 2] = ["ownership_changes", "pel_history"];
+
+const OUTCOME_COLUMNS: &[(&str, Kind)] = &[
+    ("seq", Kind::Int),
+    ("stat_command", Kind::Str),
+    ("stat_kind", Kind::Str),
+    ("stat_error", Kind::Str),
+    ("stat_count", Kind::Int),
+];
+const STAT_COLUMNS: &[(&str, Kind)] = &[
+    ("stat_command", Kind::Str),
+    ("stat_kind", Kind::Str),
+    ("stat_error", Kind::Str),
+    ("stat_count", Kind::Int),
+];
+
+/// The settings of one family's replay.
+pub struct FamilySpec {
+    pub profile: String,
+    pub node_max_entries: i64,
+    pub node_max_bytes: i64,
+    pub as_of_ms: i64,
+    pub as_of_seq: i64,
+    /// how errors name the family
+    pub family: String,
+    /// the groups of a unit of a family split by group (None: not split)
+    pub own_groups: Option<Vec<String>>,
+    pub schemas: HashMap<String, SchemaRef>,
+}
+
+/// One family's replay in progress.
+pub struct Family {
+    replayer: Replayer,
+    family: String,
+    own: Option<HashSet<String>>,
+    schemas: HashMap<String, SchemaRef>,
+    as_of_ms: i64,
+    as_of_seq: i64,
+    lead: bool,
+    last_seq: Option<i64>,
+    /// outcomes of fan-out events: rows drained per batch, counts kept for the stats
+    fanout_outcomes: Cols,
+    fanout_counts: Vec<((&'static str, Option<String>), i64)>,
+    /// set once a call failed or `finish` ran: the replay cannot go on
+    over: Option<String>,
+    argv: Vec<String>,
+}
+
+pub type Output = Vec<(&'static str, RecordBatch)>;
+
+impl Family {
+    pub fn new(spec: FamilySpec) -> Result<Family, Failure> {
+        let missing: Vec<&str> = OUTPUT_TABLES
+            .iter()
+            .copied()
+            .filter(|t| !spec.schemas.contains_key(*t))
+            .collect();
+        if !missing.is_empty() {
+            return Err(Failure::Value(format!(
+                "FamilyReplay needs the schema of every output table: {missing:?} missing"
+            )));
+        }
+        let replayer = guarded(|| {
+            Replayer::new(
+                &spec.profile,
+                true,
+                spec.node_max_entries,
+                spec.node_max_bytes,
+                true,
+            )
+        })
+        .map_err(Failure::Runtime)?
+        .map_err(Failure::Value)?;
+        Ok(Family {
+            replayer,
+            family: spec.family,
+            own: spec.own_groups.map(|g| g.into_iter().collect()),
+            schemas: spec.schemas,
+            as_of_ms: spec.as_of_ms,
+            as_of_seq: spec.as_of_seq,
+            lead: true,
+            last_seq: None,
+            fanout_outcomes: Cols::new(OUTCOME_COLUMNS),
+            fanout_counts: Vec::new(),
+            over: None,
+            argv: Vec::new(),
+        })
+    }
+
+    fn check_open(&self) -> Result<(), Failure> {
+        match &self.over {
+            Some(why) => Err(Failure::Runtime(format!(
+                "the replay of {} cannot go on: {why}",
+                self.family
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Apply the rows of `batch`; the history they made (and the fan-out outcomes).
+    pub fn feed(&mut self, batch: &RecordBatch) -> Result<Output, Failure> {
+        self.check_open()?;
+        let result = self.apply_batch(batch).and_then(|()| self.drained());
+        if let Err(e) = &result {
+            self.over = Some(format!("an earlier batch failed ({})", short(e)));
+        }
+        result
+    }
+
+    /// End the replay: the history the last unit made, the state tables and the stats.
+    pub fn finish(&mut self) -> Result<Output, Failure> {
+        self.check_open()?;
+        self.over = Some("finish() ran".to_owned());
+        let family = self.family.clone();
+        // the family's last execution unit ends with its rows: readers it unblocked
+        guarded(|| self.replayer.settle())
+            .map_err(|p| Failure::Runtime(format!("replay of {family} panicked: {p}")))?
+            .map_err(|e| Failure::Row(format!("replay of {family} failed at its end: {e}")))?;
+        let mut out = self.drained()?;
+        let (ms, seq) = (self.as_of_ms, self.as_of_seq);
+        let tables = guarded(|| snapshot_cols(&mut self.replayer, ms, seq))
+            .map_err(|p| Failure::Runtime(format!("snapshot of {family} panicked: {p}")))?
+            .map_err(|e| Failure::Row(format!("snapshot of {family} failed: {e}")))?;
+        for (table, cols) in tables {
+            let cols = cols.owned(self.own.as_ref(), self.lead);
+            self.emit(&mut out, table, &cols, false)?;
+        }
+        let stats = stat_cols(&self.replayer, &self.fanout_counts);
+        self.emit(&mut out, "stats", &stats, false)?;
+        Ok(out)
+    }
+
+    fn apply_batch(&mut self, batch: &RecordBatch) -> Result<(), Failure> {
+        if has_state(batch) {
+            return Err(Failure::Value(format!(
+                "replay of {}: a row carries a saved model (`state`): the native engine does \
+                 not keep state, run incremental replays with the Python engine",
+                self.family
+            )));
+        }
+        let n = batch.num_rows();
+        let type_error = |e: crate::input::ColumnTypeError| Failure::Type(e.0);
+        let seqs = Ints::read(batch, "seq").map_err(type_error)?;
+        let times = Ints::read(batch, "ts_ms").map_err(type_error)?;
+        let argvs = StrLists::read(batch, "argv").map_err(type_error)?;
+        let dbs = Ints::read(batch, "db").map_err(type_error)?;
+        let clients = Strs::read(batch, "client").map_err(type_error)?;
+        let fanouts = Bools::read(batch, "fanout").map_err(type_error)?;
+        let markers = Bools::read(batch, "marker").map_err(type_error)?;
+        let units = Ints::read(batch, "exec_unit").map_err(type_error)?;
+        let leads = Bools::read(batch, "lead").map_err(type_error)?;
+        let silents = Bools::read(batch, "silent").map_err(type_error)?;
+        if batch.column_by_name("lead").is_some() && n > 0 {
+            self.lead = leads.get(0).unwrap_or(false);
+        }
+        let mut argv = std::mem::take(&mut self.argv);
+        let result = (|| {
+            for i in 0..n {
+                let seq = seqs.get(i);
+                let ts_ms = times.get(i);
+                let db = dbs.get(i);
+                let has_argv = argvs.fill(i, &mut argv).map_err(|j| {
+                    Failure::Value(format!(
+                        "replay of {}: argv element {j} of seq {} is null",
+                        self.family,
+                        seq.map_or("None".to_owned(), |s| s.to_string())
+                    ))
+                })?;
+                let (Some(seq), Some(ts_ms)) = (seq, ts_ms) else {
+                    let what = if seq.is_none() { "seq" } else { "ts_ms" };
+                    return Err(Failure::Value(format!(
+                        "replay of {}: the event {} has no {what}",
+                        self.family,
+                        describe_row(seq, ts_ms, has_argv.then_some(&argv[..]), db)
+                    )));
+                };
+                self.row(
+                    seq,
+                    ts_ms,
+                    &argv,
+                    has_argv,
+                    db,
+                    clients.get(i),
+                    fanouts.get(i).unwrap_or(false),
+                    markers.get(i).unwrap_or(false),
+                    units.get(i),
+                    silents.get(i).unwrap_or(false),
+                )?;
+            }
+            Ok(())
+        })();
+        self.argv = argv;
+        result
+    }
+
+    /// One input row (udf.py's loop body).
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &mut self,
+        seq: i64,
+        ts_ms: i64,
+        argv: &[String],
+        has_argv: bool,
+        db: Option<i64>,
+        client: Option<&str>,
+        fanout: bool,
+        marker: bool,
+        exec_unit: Option<i64>,
+        silent: bool,
+    ) -> Result<(), Failure> {
+        if let Some(last) = self.last_seq {
+            if seq <= last {
+                return Err(Failure::SeqOrder(format!(
+                    "replay of {} saw seq {seq} after {last}: events did not arrive in seq \
+                     order, the tables would be wrong",
+                    self.family
+                )));
+            }
+        }
+        self.last_seq = Some(seq);
+        let unit = Unit::Known(exec_unit);
+        let replayer = &mut self.replayer;
+        let failed = |kind: &str, what: String| {
+            Failure::Row(format!(
+                "replay of {} failed at the event {}: {kind}: {what}",
+                self.family,
+                describe_row(Some(seq), Some(ts_ms), has_argv.then_some(argv), db)
+            ))
+        };
+        if marker {
+            return guarded(|| replayer.try_client_activity(ts_ms, client, unit))
+                .map_err(|p| failed("panic", p))?
+                .map_err(|e| failed("ModelError", e));
+        }
+        // a stream-level command in a group's unit: the lead unit counts it
+        let counted = silent.then(|| {
+            (
+                std::mem::take(&mut replayer.counters),
+                std::mem::take(&mut replayer.notes),
+            )
+        });
+        let outcome = guarded(|| replayer.apply(seq, ts_ms, argv, db, client, unit));
+        if let Some((counters, notes)) = counted {
+            replayer.counters = counters;
+            replayer.notes = notes;
+        }
+        let outcome = outcome
+            .map_err(|p| failed("panic", p))?
+            .map_err(|e| failed("ModelError", e))?;
+        if silent || !fanout {
+            return Ok(());
+        }
+        let name = command_name(argv);
+        if let Some(count) = replayer.counters.commands.get_mut(&name) {
+            *count -= 1;
+        }
+        let key = (outcome.kind, outcome.error.clone());
+        match self.fanout_counts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => self.fanout_counts.push((key, 1)),
+        }
+        self.fanout_outcomes.push([
+            seq.into(),
+            name.into(),
+            outcome.kind.into(),
+            outcome.error.into(),
+            1_i64.into(),
+        ]);
+        Ok(())
+    }
+
+    /// What the replay recorded since the last call (and the fan-out outcomes), as output
+    /// batches.
+    fn drained(&mut self) -> Result<Output, Failure> {
+        let family = &self.family;
+        let tables = guarded(|| self.replayer.drain_tables())
+            .map_err(|p| Failure::Runtime(format!("replay of {family} panicked: {p}")))?;
+        let mut out = Vec::new();
+        for (table, cols) in history_cols(tables) {
+            let cols = cols.owned(self.own.as_ref(), self.lead);
+            self.emit(&mut out, table, &cols, WITH_AS_OF.contains(&table))?;
+        }
+        let outcomes = std::mem::replace(&mut self.fanout_outcomes, Cols::new(OUTCOME_COLUMNS));
+        self.emit(&mut out, "outcome", &outcomes, false)?;
+        Ok(out)
+    }
+
+    fn emit(
+        &self,
+        out: &mut Output,
+        table: &'static str,
+        cols: &Cols,
+        as_of: bool,
+    ) -> Result<(), Failure> {
+        if cols.is_empty() {
+            return Ok(());
+        }
+        let schema = self
+            .schemas
+            .get(table)
+            .ok_or_else(|| Failure::Runtime(format!("no schema for the table {table}")))?;
+        let constants: &[(&str, i64)] = if as_of {
+            &[("as_of_ms", self.as_of_ms), ("as_of_seq", self.as_of_seq)]
+        } else {
+            &[]
+        };
+        let batches = cols
+            .to_batches(table, schema, constants)
+            .map_err(|e| Failure::Value(format!("replay of {}: {e}", self.family)))?;
+        out.extend(batches.into_iter().map(|b| (table, b)));
+        Ok(())
+    }
+}
+
+fn short(f: &Failure) -> &str {
+    match f {
+        Failure::SeqOrder(_) => "SeqOrderError",
+        Failure::Row(_) => "ReplayRowError",
+        Failure::Type(_) => "TypeError",
+        Failure::Value(_) => "ValueError",
+        Failure::Runtime(_) => "RuntimeError",
+    }
+}
+
+/// Counters of the non-fan-out commands this replay applied, per command and outcome
+/// (udf.py's `_stat_columns`): fan-out commands are counted once per event by the
+/// pipeline, from `outcome` rows, so they are subtracted here.
+pub fn stat_cols(replayer: &Replayer, fanout: &[((&'static str, Option<String>), i64)]) -> Cols {
+    let c = &replayer.counters;
+    let mut rows = Cols::new(STAT_COLUMNS);
+    let mut row = |cmd: &str, kind: &str, err: Option<&str>, n: i64| {
+        rows.push([cmd.into(), kind.into(), err.into(), Val::from(n)]);
+    };
+    for (name, count) in c.commands.iter() {
+        if *count != 0 {
+            row(name, "seen", None, *count);
+        }
+    }
+    let mut totals = [("applied", c.applied), ("ignored", c.ignored)];
+    let mut errors: Vec<(String, i64)> = c.errors.iter().map(|(e, n)| (e.clone(), *n)).collect();
+    for ((kind, error), n) in fanout {
+        if let Some(total) = totals.iter_mut().find(|(k, _)| k == kind) {
+            total.1 -= n;
+        } else if *kind == "error" {
+            if let Some(error) = error {
+                match errors.iter_mut().find(|(e, _)| e == error) {
+                    Some(count) => count.1 -= n,
+                    None => errors.push((error.clone(), -n)),
+                }
+            }
+        }
+    }
+    for (kind, count) in totals {
+        if count != 0 {
+            row("*", kind, None, count);
+        }
+    }
+    for (error, count) in &errors {
+        if *count != 0 {
+            row("*", "error", Some(error), *count);
+        }
+    }
+    for (note, count) in replayer.notes.iter() {
+        row("*", "note", Some(note), *count);
+    }
+    rows
+}

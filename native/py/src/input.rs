@@ -1,0 +1,222 @@
+//! The replay's input columns (`pelengine.schemas.REPLAY_INPUT_SCHEMA`), read in place
+//! from an Arrow batch: a missing column reads as its default (as udf.py's `_column`),
+//! a column of another type is an error naming it.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+};
+use arrow_array::{
+    Array, ArrayRef, BooleanArray, GenericListArray, GenericStringArray, OffsetSizeTrait,
+    PrimitiveArray, RecordBatch, StringViewArray,
+};
+use arrow_schema::DataType;
+
+/// An input column of the wrong type (a `TypeError` in Python).
+#[derive(Debug)]
+pub struct ColumnTypeError(pub String);
+
+fn wrong(name: &str, wanted: &str, found: &DataType) -> ColumnTypeError {
+    ColumnTypeError(format!(
+        "replay input column {name:?} must be {wanted}, not {found}"
+    ))
+}
+
+fn column<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a ArrayRef> {
+    batch.column_by_name(name)
+}
+
+/// An integer column (any Arrow integer type) as optional i64s.
+pub enum Ints<'a> {
+    Missing,
+    I64(&'a PrimitiveArray<Int64Type>),
+    I32(&'a PrimitiveArray<Int32Type>),
+    I16(&'a PrimitiveArray<Int16Type>),
+    I8(&'a PrimitiveArray<Int8Type>),
+    U64(&'a PrimitiveArray<UInt64Type>),
+    U32(&'a PrimitiveArray<UInt32Type>),
+    U16(&'a PrimitiveArray<UInt16Type>),
+    U8(&'a PrimitiveArray<UInt8Type>),
+    Null,
+}
+
+impl<'a> Ints<'a> {
+    pub fn read(batch: &'a RecordBatch, name: &str) -> Result<Ints<'a>, ColumnTypeError> {
+        let Some(col) = column(batch, name) else {
+            return Ok(Ints::Missing);
+        };
+        Ok(match col.data_type() {
+            DataType::Int64 => Ints::I64(col.as_primitive()),
+            DataType::Int32 => Ints::I32(col.as_primitive()),
+            DataType::Int16 => Ints::I16(col.as_primitive()),
+            DataType::Int8 => Ints::I8(col.as_primitive()),
+            DataType::UInt64 => Ints::U64(col.as_primitive()),
+            DataType::UInt32 => Ints::U32(col.as_primitive()),
+            DataType::UInt16 => Ints::U16(col.as_primitive()),
+            DataType::UInt8 => Ints::U8(col.as_primitive()),
+            DataType::Null => Ints::Null,
+            other => return Err(wrong(name, "an integer column", other)),
+        })
+    }
+
+    /// Row `i` (None: null or no column). A u64 beyond i64 reads as null.
+    pub fn get(&self, i: usize) -> Option<i64> {
+        fn at<T: arrow_array::ArrowPrimitiveType>(
+            a: &PrimitiveArray<T>,
+            i: usize,
+        ) -> Option<T::Native> {
+            (i < a.len() && a.is_valid(i)).then(|| a.value(i))
+        }
+        match self {
+            Ints::Missing | Ints::Null => None,
+            Ints::I64(a) => at(a, i),
+            Ints::I32(a) => at(a, i).map(i64::from),
+            Ints::I16(a) => at(a, i).map(i64::from),
+            Ints::I8(a) => at(a, i).map(i64::from),
+            Ints::U64(a) => at(a, i).and_then(|v| i64::try_from(v).ok()),
+            Ints::U32(a) => at(a, i).map(i64::from),
+            Ints::U16(a) => at(a, i).map(i64::from),
+            Ints::U8(a) => at(a, i).map(i64::from),
+        }
+    }
+}
+
+/// A boolean column.
+pub struct Bools<'a>(Option<&'a BooleanArray>);
+
+impl<'a> Bools<'a> {
+    pub fn read(batch: &'a RecordBatch, name: &str) -> Result<Bools<'a>, ColumnTypeError> {
+        match column(batch, name) {
+            None => Ok(Bools(None)),
+            Some(col) => match col.data_type() {
+                DataType::Boolean => Ok(Bools(Some(col.as_boolean()))),
+                DataType::Null => Ok(Bools(None)),
+                other => Err(wrong(name, "a boolean column", other)),
+            },
+        }
+    }
+
+    /// Row `i` (None: null or no column).
+    pub fn get(&self, i: usize) -> Option<bool> {
+        self.0
+            .filter(|a| i < a.len() && a.is_valid(i))
+            .map(|a| a.value(i))
+    }
+}
+
+/// A string column (utf8, large_utf8 or utf8_view).
+pub enum Strs<'a> {
+    Missing,
+    Small(&'a GenericStringArray<i32>),
+    Large(&'a GenericStringArray<i64>),
+    View(&'a StringViewArray),
+}
+
+impl<'a> Strs<'a> {
+    pub fn read(batch: &'a RecordBatch, name: &str) -> Result<Strs<'a>, ColumnTypeError> {
+        match column(batch, name) {
+            None => Ok(Strs::Missing),
+            Some(col) => Strs::of(col, name),
+        }
+    }
+
+    fn of(col: &'a ArrayRef, name: &str) -> Result<Strs<'a>, ColumnTypeError> {
+        Ok(match col.data_type() {
+            DataType::Utf8 => Strs::Small(col.as_string()),
+            DataType::LargeUtf8 => Strs::Large(col.as_string()),
+            DataType::Utf8View => Strs::View(col.as_string_view()),
+            DataType::Null => Strs::Missing,
+            other => return Err(wrong(name, "a string column", other)),
+        })
+    }
+
+    /// Row `i` (None: null or no column).
+    pub fn get(&self, i: usize) -> Option<&'a str> {
+        match self {
+            Strs::Missing => None,
+            Strs::Small(a) => (i < a.len() && a.is_valid(i)).then(|| a.value(i)),
+            Strs::Large(a) => (i < a.len() && a.is_valid(i)).then(|| a.value(i)),
+            Strs::View(a) => (i < a.len() && a.is_valid(i)).then(|| a.value(i)),
+        }
+    }
+}
+
+/// A list-of-strings column (`argv`): list or large_list of utf8/large_utf8/utf8_view.
+pub enum StrLists<'a> {
+    Missing,
+    Small(&'a GenericListArray<i32>, Strs<'a>),
+    Large(&'a GenericListArray<i64>, Strs<'a>),
+}
+
+/// One row of a list-of-strings column; `None` elements are nulls.
+pub type StrList<'a> = Option<Vec<Option<&'a str>>>;
+
+impl<'a> StrLists<'a> {
+    pub fn read(batch: &'a RecordBatch, name: &str) -> Result<StrLists<'a>, ColumnTypeError> {
+        let Some(col) = column(batch, name) else {
+            return Ok(StrLists::Missing);
+        };
+        let wanted = "a list<string> column";
+        Ok(match col.data_type() {
+            DataType::List(_) => {
+                let list = col.as_list::<i32>();
+                let values = Strs::of(list.values(), name)
+                    .map_err(|_| wrong(name, wanted, col.data_type()))?;
+                StrLists::Small(list, values)
+            }
+            DataType::LargeList(_) => {
+                let list = col.as_list::<i64>();
+                let values = Strs::of(list.values(), name)
+                    .map_err(|_| wrong(name, wanted, col.data_type()))?;
+                StrLists::Large(list, values)
+            }
+            DataType::Null => StrLists::Missing,
+            other => return Err(wrong(name, wanted, other)),
+        })
+    }
+
+    /// Row `i`'s strings into `out` (cleared first; its strings are reused). False when
+    /// the row is null (or there is no column); `Err(j)` when its element `j` is null.
+    pub fn fill(&self, i: usize, out: &mut Vec<String>) -> Result<bool, usize> {
+        fn fill_from<O: OffsetSizeTrait>(
+            list: &GenericListArray<O>,
+            values: &Strs<'_>,
+            i: usize,
+            out: &mut Vec<String>,
+        ) -> Result<bool, usize> {
+            if i >= list.len() || list.is_null(i) {
+                out.clear();
+                return Ok(false);
+            }
+            let offsets = list.value_offsets();
+            let (start, stop) = (offsets[i].as_usize(), offsets[i + 1].as_usize());
+            let n = stop - start;
+            for (j, at) in (start..stop).enumerate() {
+                let value = values.get(at).ok_or(j)?;
+                if let Some(slot) = out.get_mut(j) {
+                    slot.clear();
+                    slot.push_str(value);
+                } else {
+                    out.push(value.to_owned());
+                }
+            }
+            out.truncate(n);
+            Ok(true)
+        }
+        match self {
+            StrLists::Missing => {
+                out.clear();
+                Ok(false)
+            }
+            StrLists::Small(list, values) => fill_from(list, values, i, out),
+            StrLists::Large(list, values) => fill_from(list, values, i, out),
+        }
+    }
+}
+
+/// Whether the batch has a `state` column holding a value (a saved model: the native
+/// core does not read them).
+pub fn has_state(batch: &RecordBatch) -> bool {
+    column(batch, "state")
+        .is_some_and(|c| c.data_type() != &DataType::Null && c.null_count() < c.len())
+}

@@ -1,0 +1,339 @@
+//! `pelengine_native`: the Python face of the native replay core (`pelmodel`).
+//!
+//! * `FamilyReplay`: the replay UDF's loop for one family (udf.py's `replay`), Arrow
+//!   record batches in and out through the Arrow C data interface (no Python object per
+//!   event or per output row);
+//! * `Replayer`: the model one event at a time, for tests (the Python `Replayer`'s face).
+//!
+//! Every entry point turns a Rust panic into a Python exception (`RuntimeError`), and
+//! input of the wrong type into `TypeError`/`ValueError` naming the column.
+
+pub mod cols;
+pub mod describe;
+pub mod family;
+pub mod history;
+pub mod input;
+pub mod snapshot;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow_array::RecordBatch;
+use arrow_pyarrow::{PyArrowType, ToPyArrow};
+use arrow_schema::Schema;
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::cols::Cols;
+use crate::family::{guarded, Failure, Family, FamilySpec, Output};
+use crate::history::history_cols;
+use crate::snapshot::snapshot_cols;
+
+/// The API this module speaks (`pelengine.engine.native.NATIVE_ABI`).
+const ABI: i64 = 1;
+
+create_exception!(
+    pelengine_native,
+    SeqOrderError,
+    PyRuntimeError,
+    "The replay saw `seq` go backwards: the physical plan lost the per-stream order."
+);
+create_exception!(
+    pelengine_native,
+    ReplayRowError,
+    PyRuntimeError,
+    "The model failed on one event (a bug, not a Redis error): names the row."
+);
+
+impl From<Failure> for PyErr {
+    fn from(f: Failure) -> PyErr {
+        match f {
+            Failure::SeqOrder(m) => SeqOrderError::new_err(m),
+            Failure::Row(m) => ReplayRowError::new_err(m),
+            Failure::Type(m) => PyTypeError::new_err(m),
+            Failure::Value(m) => PyValueError::new_err(m),
+            Failure::Runtime(m) => PyRuntimeError::new_err(m),
+        }
+    }
+}
+
+fn runtime(what: &str) -> impl FnOnce(String) -> PyErr + '_ {
+    move |p| PyRuntimeError::new_err(format!("{what} panicked: {p}"))
+}
+
+/// `[(table, pyarrow.RecordBatch), ...]`.
+fn output_list<'py>(py: Python<'py>, out: Output) -> PyResult<Bound<'py, PyList>> {
+    let items = out
+        .into_iter()
+        .map(|(table, batch)| -> PyResult<Bound<'py, PyTuple>> {
+            let batch = batch.to_pyarrow(py)?;
+            PyTuple::new(py, [table.into_pyobject(py)?.into_any(), batch])
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
+}
+
+/// `{table: pyarrow.RecordBatch}` of these columns, typed as in `REPLAY_COLUMN_TYPES`.
+fn batch_dict<'py>(
+    py: Python<'py>,
+    tables: impl IntoIterator<Item = (&'static str, Cols)>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let out = PyDict::new(py);
+    for (table, cols) in tables {
+        let batch: RecordBatch = cols.to_batch(table).map_err(PyRuntimeError::new_err)?;
+        out.set_item(table, batch.to_pyarrow(py)?)?;
+    }
+    Ok(out)
+}
+
+/// The replay of one family of stream keys (udf.py's `replay`, without keeping state).
+///
+/// `FamilyReplay(profile, node_max_entries, node_max_bytes, as_of_ms, as_of_seq, family,
+/// own_groups, schemas)`: `family` names the family in error messages; `own_groups` the
+/// groups of a unit of a family split by group (None: not split); `schemas` the Arrow
+/// schema of every output table. `feed(batch)` applies a batch of the family's events
+/// (in `seq` order) and returns the history it made, `finish()` the rest; both as a list
+/// of `(table, pyarrow.RecordBatch)`, at most 8192 rows per batch.
+#[pyclass(module = "pelengine_native")]
+pub struct FamilyReplay {
+    /// a Mutex only to make the class `Sync` (the model is `Send`, not `Sync`): `&mut
+    /// self` reaches it with `get_mut`, never locking
+    inner: Mutex<Family>,
+}
+
+#[pymethods]
+impl FamilyReplay {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (profile, node_max_entries, node_max_bytes, as_of_ms, as_of_seq, family, own_groups, schemas))]
+    fn new(
+        profile: String,
+        node_max_entries: i64,
+        node_max_bytes: i64,
+        as_of_ms: i64,
+        as_of_seq: i64,
+        family: String,
+        own_groups: Option<Vec<String>>,
+        schemas: HashMap<String, PyArrowType<Schema>>,
+    ) -> PyResult<FamilyReplay> {
+        let schemas = schemas
+            .into_iter()
+            .map(|(table, schema)| (table, Arc::new(schema.0)))
+            .collect();
+        let inner = Family::new(FamilySpec {
+            profile,
+            node_max_entries,
+            node_max_bytes,
+            as_of_ms,
+            as_of_seq,
+            family,
+            own_groups,
+            schemas,
+        })?;
+        Ok(FamilyReplay {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// Apply the rows of `batch` (a `pyarrow.RecordBatch` of `REPLAY_INPUT_SCHEMA`
+    /// columns); the history tables drained and the fan-out outcomes.
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        batch: PyArrowType<RecordBatch>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let inner = exclusive(&mut self.inner);
+        let out = py
+            .detach(|| guarded(|| inner.feed(&batch.0)))
+            .map_err(runtime("FamilyReplay.feed"))??;
+        output_list(py, out)
+    }
+
+    /// End the replay: the last history, the state tables and the `stats` rows.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let inner = exclusive(&mut self.inner);
+        let out = py
+            .detach(|| guarded(|| inner.finish()))
+            .map_err(runtime("FamilyReplay.finish"))??;
+        output_list(py, out)
+    }
+}
+
+/// The model one event at a time (the Python `pelengine.model.replay.Replayer`'s face).
+#[pyclass(module = "pelengine_native", name = "Replayer")]
+pub struct PyReplayer {
+    /// as `FamilyReplay::inner`
+    inner: Mutex<pelmodel::replay::Replayer>,
+}
+
+/// The value behind a `Mutex` reached through `&mut` (poisoned only by a panic while
+/// locked, which `get_mut` never is).
+fn exclusive<T>(m: &mut Mutex<T>) -> &mut T {
+    match m.get_mut() {
+        Ok(inner) => inner,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+fn unit_of(unit: Option<i64>, unit_known: bool) -> pelmodel::replay::Unit {
+    if unit_known {
+        pelmodel::replay::Unit::Known(unit)
+    } else {
+        pelmodel::replay::Unit::Follow
+    }
+}
+
+#[pymethods]
+impl PyReplayer {
+    #[new]
+    #[pyo3(signature = (profile, *, record_changes=true, node_max_entries=100, node_max_bytes=4096, spill_closed_records=false))]
+    fn new(
+        profile: &str,
+        record_changes: bool,
+        node_max_entries: i64,
+        node_max_bytes: i64,
+        spill_closed_records: bool,
+    ) -> PyResult<PyReplayer> {
+        let inner = guarded(|| {
+            pelmodel::replay::Replayer::new(
+                profile,
+                record_changes,
+                node_max_entries,
+                node_max_bytes,
+                spill_closed_records,
+            )
+        })
+        .map_err(runtime("Replayer()"))?
+        .map_err(PyValueError::new_err)?;
+        Ok(PyReplayer {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    /// Apply one logged command: `(kind, error)`, kind "applied", "ignored" or "error".
+    /// `unit_known`: `unit` is the execution unit the caller knows (None: none); else the
+    /// replayer follows the units itself.
+    #[pyo3(signature = (seq, ts_ms, argv, db=Some(0), client=None, unit=None, unit_known=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        seq: i64,
+        ts_ms: i64,
+        argv: Vec<String>,
+        db: Option<i64>,
+        client: Option<&str>,
+        unit: Option<i64>,
+        unit_known: bool,
+    ) -> PyResult<(&'static str, Option<String>)> {
+        let unit = unit_of(unit, unit_known);
+        let inner = exclusive(&mut self.inner);
+        let outcome = guarded(|| inner.apply(seq, ts_ms, &argv, db, client, unit))
+            .map_err(runtime("Replayer.apply"))?
+            .map_err(|e| {
+                ReplayRowError::new_err(format!(
+                    "the model failed at the event {}: ModelError: {e}",
+                    describe::describe_row(Some(seq), Some(ts_ms), Some(&argv), db)
+                ))
+            })?;
+        Ok((outcome.kind, outcome.error))
+    }
+
+    /// `client` sent a command this replay does not otherwise see.
+    #[pyo3(signature = (ts_ms, client, unit=None, unit_known=false))]
+    fn client_activity(
+        &mut self,
+        ts_ms: i64,
+        client: Option<&str>,
+        unit: Option<i64>,
+        unit_known: bool,
+    ) -> PyResult<()> {
+        let unit = unit_of(unit, unit_known);
+        let inner = exclusive(&mut self.inner);
+        guarded(|| inner.try_client_activity(ts_ms, client, unit))
+            .map_err(runtime("Replayer.client_activity"))?
+            .map_err(ReplayRowError::new_err)
+    }
+
+    /// End the current execution unit.
+    fn settle(&mut self) -> PyResult<()> {
+        let inner = exclusive(&mut self.inner);
+        guarded(|| inner.settle())
+            .map_err(runtime("Replayer.settle"))?
+            .map_err(ReplayRowError::new_err)
+    }
+
+    /// The history rows recorded since the last call: `{table: pyarrow.RecordBatch}` for
+    /// ownership_changes, pel_history, delivery_segments and group_incarnations.
+    fn drain_tables<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = exclusive(&mut self.inner);
+        let tables = guarded(|| inner.drain_tables()).map_err(runtime("Replayer.drain_tables"))?;
+        batch_dict(py, history_cols(tables))
+    }
+
+    /// The state tables (snapshot.py's `snapshot_columns`): `{table: pyarrow.RecordBatch}`.
+    fn snapshot<'py>(
+        &mut self,
+        py: Python<'py>,
+        as_of_ms: i64,
+        as_of_seq: i64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let inner = exclusive(&mut self.inner);
+        let tables = guarded(|| snapshot_cols(inner, as_of_ms, as_of_seq))
+            .map_err(runtime("Replayer.snapshot"))?
+            .map_err(ReplayRowError::new_err)?;
+        batch_dict(py, tables)
+    }
+
+    /// `{"applied", "ignored", "failed", "errors": {kind: n}, "commands": {name: n}}`.
+    fn counters<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = &exclusive(&mut self.inner).counters;
+        let out = PyDict::new(py);
+        out.set_item("applied", c.applied)?;
+        out.set_item("ignored", c.ignored)?;
+        out.set_item("failed", c.failed)?;
+        let errors = PyDict::new(py);
+        for (k, v) in c.errors.iter() {
+            errors.set_item(k, v)?;
+        }
+        out.set_item("errors", errors)?;
+        let commands = PyDict::new(py);
+        for (k, v) in c.commands.iter() {
+            commands.set_item(k, v)?;
+        }
+        out.set_item("commands", commands)?;
+        Ok(out)
+    }
+
+    /// What the run report should mention: `{note: n}`.
+    fn notes<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for (k, v) in exclusive(&mut self.inner).notes.iter() {
+            out.set_item(k, v)?;
+        }
+        Ok(out)
+    }
+
+    /// Spilling: each open record starts a new, empty segment.
+    fn restart_open_records(&mut self) -> PyResult<()> {
+        let inner = exclusive(&mut self.inner);
+        guarded(|| inner.restart_open_records()).map_err(runtime("Replayer.restart_open_records"))
+    }
+}
+
+#[pymodule]
+fn pelengine_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("ENGINE", "native")?;
+    m.add("ABI", ABI)?;
+    m.add("SeqOrderError", py.get_type::<SeqOrderError>())?;
+    m.add("ReplayRowError", py.get_type::<ReplayRowError>())?;
+    m.add_class::<FamilyReplay>()?;
+    m.add_class::<PyReplayer>()?;
+    Ok(())
+}
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
