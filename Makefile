@@ -10,20 +10,72 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 WHEEL  := dist/pelengine-$(VERSION)-py3-none-any.whl
 PYZIP  := dist/pelengine-$(VERSION).zip
 
+# ---- the native replay core (native/, Rust; docs/native.md) -----------------------------
+# cargo from PATH, else rustup's default place; recipes get its directory on PATH (maturin
+# calls cargo). No cargo (or PELENGINE_NATIVE=0): `make install` says the native engine is
+# not built and goes on (the pure package works), unless PELENGINE_REQUIRE_NATIVE=1 (CI),
+# when it fails. A failed native build fails `make install` (PELENGINE_NATIVE=0 skips it).
+CARGO := $(or $(shell command -v cargo 2>/dev/null),$(wildcard $(HOME)/.cargo/bin/cargo))
+ifneq ($(CARGO),)
+export PATH := $(patsubst %/,%,$(dir $(CARGO))):$(PATH)
+endif
+PELENGINE_REQUIRE_NATIVE ?=
+PELENGINE_NATIVE ?=
+BUILD_NATIVE := $(if $(filter 0,$(PELENGINE_NATIVE)),,$(CARGO))
+NATIVE_STAMP := $(VENV)/.installed-native
+# what a change of rebuilds the module: every Rust source and every manifest under native/
+NATIVE_SRC := $(shell find native -path native/target -prune -o -path native/py/dist -prune -o \
+    -type f \( -name '*.rs' -o -name Cargo.toml -o -name Cargo.lock -o -name pyproject.toml \) \
+    -print 2>/dev/null)
+# the manylinux tag of `make dist`'s native wheel: 2_34 is the lowest the library built on
+# Debian 12 (glibc 2.36) satisfies (docs/native.md); a builder with an older glibc or
+# `--zig` (MATURIN_ARGS) can ask for less
+NATIVE_COMPAT ?= manylinux_2_34
+# more `maturin build` options for `make dist` (e.g. --zig)
+MATURIN_ARGS ?=
+# pyo3 (cargo test, clippy, maturin) configured for the venv's interpreter
+NATIVE_ENV := PYO3_PYTHON=$(abspath $(BIN)/python)
+MATURIN := $(NATIVE_ENV) $(BIN)/maturin
+# cargo test binaries that call Python link libpython: where the venv's interpreter keeps it
+PYLIBDIR = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")' 2>/dev/null)
+comma := ,
+NO_NATIVE := { echo "make: WARNING: $(if $(CARGO),PELENGINE_NATIVE=0,cargo not found (not on PATH$(comma) not in ~/.cargo/bin)): the native engine (pelengine_native) is NOT built; pelengine runs with its Python engine.$(if $(CARGO),, Install Rust (https://rustup.rs) and re-run make.)" >&2; \
+    if [ "$(PELENGINE_REQUIRE_NATIVE)" = 1 ]; then echo "make: PELENGINE_REQUIRE_NATIVE=1: the native engine is required, failing" >&2; exit 1; fi; }
+NATIVE_FAILED := { echo "make: the native build failed (above): fix it, or build without the native engine: PELENGINE_NATIVE=0" >&2; exit 1; }
+DEVELOP_NATIVE := VIRTUAL_ENV=$(abspath $(VENV)) $(MATURIN) develop --release --manifest-path native/py/Cargo.toml
+
 .DEFAULT_GOAL := help
-.PHONY: help install run notebook test lint typecheck bench bench-incremental bench-hot bench-groups bench-udf dist clean
+.PHONY: help install native run notebook test test-native lint typecheck bench bench-incremental bench-hot bench-groups bench-udf dist clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "variables: PYTHON=$(PYTHON) CONF=$(CONF) DEMO=$(DEMO) PYTEST_ARGS=... BENCH_ARGS=..."
+	@echo "           PELENGINE_NATIVE=0 (do not build the native engine) PELENGINE_REQUIRE_NATIVE=1 (fail when it is not built)"
+	@echo "           NATIVE_COMPAT=$(NATIVE_COMPAT) MATURIN_ARGS=... (make dist's native wheel)"
+	@echo "cargo: $(or $(CARGO),not found: the native engine is not built)"
 
-install: $(STAMP) ## create .venv (python3.11) and install the package with dev extras (once per pyproject change)
+install: $(STAMP) $(NATIVE_STAMP) ## create .venv (python3.11), install the package with dev extras and build the native engine (release; needs cargo)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[spark,dev]'
 	@touch $(STAMP)
+
+# the native module, rebuilt when a Rust source or manifest under native/ changes
+ifeq ($(BUILD_NATIVE),)
+$(NATIVE_STAMP): | $(STAMP)
+	@$(NO_NATIVE)
+else
+$(NATIVE_STAMP): $(NATIVE_SRC) | $(STAMP)
+	$(DEVELOP_NATIVE) || $(NATIVE_FAILED)
+	@touch $(NATIVE_STAMP)
+endif
+
+native: | $(STAMP) ## (re)build the native engine (pelengine_native, release) and install it into .venv
+	@test -n "$(CARGO)" || { echo "make: cargo not found (not on PATH, not in ~/.cargo/bin): cannot build the native engine; install Rust (https://rustup.rs)" >&2; exit 1; }
+	$(DEVELOP_NATIVE)
+	@touch $(NATIVE_STAMP)
 
 run: install ## generate a demo events table, reconstruct it, print the summary (one Spark session)
 	$(BIN)/pelengine demo --dir $(DEMO) --conf $(CONF)
@@ -36,9 +88,19 @@ notebook: install ## run notebooks/explore_run.ipynb on the demo output (after `
 test: install ## run the test suite (PYTEST_ARGS="-k ..." to narrow)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: install ## ruff check and ruff format --check
+test-native: $(STAMP) ## cargo test on the native workspace (native/: the Rust model and its Python face)
+	@test -n "$(CARGO)" || { echo "make: cargo not found (not on PATH, not in ~/.cargo/bin): cannot test native/; install Rust (https://rustup.rs)" >&2; exit 1; }
+	cd native && $(NATIVE_ENV) LD_LIBRARY_PATH=$(PYLIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} cargo test --workspace
+
+lint: install ## ruff check, ruff format --check; on native/ cargo fmt --check and cargo clippy -D warnings (when cargo exists)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+ifneq ($(CARGO),)
+	cd native && cargo fmt --all --check
+	cd native && $(NATIVE_ENV) cargo clippy --workspace --all-targets -- -D warnings
+else
+	@echo "make: cargo not found: native/ is not linted (cargo fmt, cargo clippy)" >&2
+endif
 
 typecheck: install ## mypy on the package
 	$(BIN)/mypy -p pelengine
@@ -57,14 +119,21 @@ bench-groups: install ## one stream, 16 groups: the job split by group against o
 bench-udf: install ## the replay UDF alone, in-process: CPU-s per 1M events (300k events; BENCH_ARGS="--events 1M")
 	$(BIN)/python benchmarks/replay_udf.py $(BENCH_ARGS)
 
-dist: install ## build the wheel (pip, Databricks) and the same as a .zip (spark-submit --py-files) into dist/
+dist: install ## into dist/: the pure wheel, the same as a .zip (--py-files), the native wheel (cp311-abi3, manylinux x86_64)
 	rm -rf build dist
 	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
 	cp $(WHEEL) $(PYZIP)
 	rm -rf build
 	@echo "built $(WHEEL) and $(PYZIP)"
+ifeq ($(BUILD_NATIVE),)
+	@$(NO_NATIVE)
+else
+	$(MATURIN) build --release --manifest-path native/py/Cargo.toml --interpreter $(abspath $(BIN)/python) \
+	    --compatibility $(NATIVE_COMPAT) --out dist $(MATURIN_ARGS)
+	@echo "built $$(ls dist/pelengine_native-*.whl)"
+endif
 
 clean: ## remove build, demo and cache outputs (keeps .venv)
-	rm -rf $(DEMO) out build dist *.egg-info spark-warehouse metastore_db derby.log
+	rm -rf $(DEMO) out build dist native/py/dist *.egg-info spark-warehouse metastore_db derby.log
 	rm -rf .pytest_cache .mypy_cache .ruff_cache
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

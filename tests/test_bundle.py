@@ -76,13 +76,28 @@ def _keys(node: Any) -> Iterator[str]:
 # ---- structure -------------------------------------------------------------------------
 
 
+def _artifacts(bundle: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The bundle's artifacts by the directory they build in."""
+    artifacts = bundle["artifacts"]
+    by_path = {str(Path(a["path"])): dict(a) for a in artifacts.values()}
+    assert len(by_path) == len(artifacts), "each artifact builds in its own directory"
+    return by_path
+
+
+def _environment(bundle: dict[str, Any]) -> dict[str, Any]:
+    task = _task(bundle)
+    (env,) = [
+        e for e in _job(bundle)["environments"] if e["environment_key"] == task["environment_key"]
+    ]
+    return dict(env)
+
+
 def test_bundle_builds_the_wheel_and_runs_its_console_script(
     bundle: dict[str, Any], pyproject: dict[str, Any]
 ) -> None:
     assert bundle["bundle"]["name"]
-    (artifact,) = bundle["artifacts"].values()
+    artifact = _artifacts(bundle)["."]
     assert artifact["type"] == "whl"
-    assert artifact["path"] == "."
     assert "pip wheel" in artifact["build"] and "--wheel-dir dist" in artifact["build"]
     task = _task(bundle)
     wheel_task = task["python_wheel_task"]
@@ -91,12 +106,37 @@ def test_bundle_builds_the_wheel_and_runs_its_console_script(
     assert wheel_task["entry_point"] in scripts, "entry_point must be a [project.scripts] name"
     module, _, func = scripts[wheel_task["entry_point"]].partition(":")
     assert callable(getattr(importlib.import_module(module), func))
-    # serverless: the task names an environment whose dependency is the built wheel
-    (env,) = [
-        e for e in _job(bundle)["environments"] if e["environment_key"] == task["environment_key"]
-    ]
-    assert env["spec"]["dependencies"] == ["./dist/*.whl"]
+    # serverless: the task names an environment whose dependencies are the built wheels
+    env = _environment(bundle)
+    assert env["spec"]["dependencies"][0] == "./dist/*.whl"
     assert str(env["spec"]["environment_version"]).isdigit()
+
+
+def test_bundle_ships_the_native_wheel(bundle: dict[str, Any], pyproject: dict[str, Any]) -> None:
+    """The native replay core (native/py, maturin) is the second artifact and the second
+    dependency of the task's environment, the wheel of the version the `native` extra pins,
+    with the manylinux tag `make dist` builds."""
+    artifact = _artifacts(bundle).get("native/py")
+    assert artifact is not None, "no artifact builds native/py (the pelengine-native wheel)"
+    assert artifact["type"] == "whl"
+    build = artifact["build"].split()
+    assert build[:3] == ["python", "-m", "maturin"] and build[3] == "build", artifact["build"]
+    assert "--release" in build
+    # into its own <path>/dist: the CLI empties each whl artifact's dist before its build
+    assert build[build.index("--out") + 1] == "dist"
+    makefile = (REPO / "Makefile").read_text("utf-8")
+    (compat,) = re.findall(r"^NATIVE_COMPAT \?= (\S+)$", makefile, re.MULTILINE)
+    assert build[build.index("--compatibility") + 1] == compat, "the tag `make dist` builds"
+    native = tomllib.loads((REPO / "native/py/pyproject.toml").read_text("utf-8"))["project"]
+    assert pyproject["project"]["optional-dependencies"]["native"] == [
+        f"{native['name']}=={native['version']}"
+    ], "the `native` extra pins the version the bundle builds"
+    dependencies = _environment(bundle)["spec"]["dependencies"]
+    assert "./native/py/dist/*.whl" in dependencies, "the native wheel is not a dependency"
+    # every dependency is a wheel an artifact builds, and every artifact's wheel is one
+    built = {f"./{Path(a['path']) / 'dist' / '*.whl'}" for a in bundle["artifacts"].values()}
+    assert set(dependencies) == built, dependencies
+    assert len(dependencies) == len(set(dependencies))
 
 
 def test_nightly_schedule_in_utc(bundle: dict[str, Any]) -> None:

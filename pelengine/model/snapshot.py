@@ -27,7 +27,7 @@ from pelengine.model.delivery import (
     append_incarnation,
     append_segment,
 )
-from pelengine.model.ids import StreamID, format_id, id_parts
+from pelengine.model.ids import I64_MAX, I64_MIN, StreamID, format_id, id_parts
 from pelengine.model.replay import PEL_ENTRY_COLUMNS, VERSION_COLUMNS, Replayer
 from pelengine.model.state import INVALID_ENTRIES_READ, DeliveryRecord
 
@@ -165,7 +165,7 @@ def snapshot_columns(model: Replayer, as_of_ms: int, as_of_seq: int) -> dict[str
                     nack.delivery_time,
                     nack.delivery_count,
                     entry_id in entries,
-                    as_of_ms - nack.delivery_time,
+                    _idle(as_of_ms, nack.delivery_time),
                     as_of_ms,
                     as_of_seq,
                 )
@@ -211,6 +211,13 @@ def snapshot_columns(model: Replayer, as_of_ms: int, as_of_seq: int) -> dict[str
     for db, key, group_name, created, entry_id, rec in model._closed:
         _append_record(counts, db, key, group_name, created, entry_id, rec, as_of_ms, as_of_seq)
     return tables
+
+
+def _idle(as_of_ms: int, delivery_time: int) -> int | None:
+    """``idle_ms``: null when it does not fit a BIGINT (only a snapshot's extreme delivery
+    times give one)."""
+    idle = as_of_ms - delivery_time
+    return idle if I64_MIN <= idle <= I64_MAX else None
 
 
 def snapshot_tables(model: Replayer, as_of_ms: int, as_of_seq: int) -> dict[str, list[Row]]:

@@ -20,7 +20,7 @@ import pytest
 
 from pelengine.model.replay import PROFILES
 from tests.native.random_logs import random_log
-from tests.native.twin import TwinReplayer
+from tests.native.twin import BeyondInt64Error, TwinReplayer
 
 CASES = int(os.environ.get("PELENGINE_NATIVE_CASES", "2400"))
 CHUNKS = 8
@@ -38,11 +38,19 @@ def _options(seed: int) -> dict[str, object]:
 
 
 def replay_case(seed: int) -> int:
-    """One random log through both engines; returns the number of events."""
+    """One random log through both engines; returns the number of events (-1: the log
+    took a counter beyond int64, see ``BeyondInt64Error``)."""
     rng = random.Random(seed)
     profile = PROFILE_NAMES[seed % len(PROFILE_NAMES)]
     events = random_log(seed, rng.choice([20, 60, 120]))
     twin = TwinReplayer(profile, **_options(seed))
+    try:
+        return _replay(twin, rng, seed, profile, events)
+    except BeyondInt64Error:
+        return -1
+
+
+def _replay(twin: TwinReplayer, rng: random.Random, seed: int, profile: str, events: list) -> int:
     for i, (seq, ts_ms, argv, db, client) in enumerate(events):
         if rng.random() < 0.03:
             twin.client_activity(ts_ms, client)
@@ -61,13 +69,19 @@ def replay_case(seed: int) -> int:
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_random_logs_equal(chunk: int) -> None:
     seeds = range(chunk, CASES, CHUNKS)
-    events = 0
+    events = beyond = 0
     for seed in seeds:
         try:
-            events += replay_case(seed)
+            n = replay_case(seed)
         except AssertionError as exc:
             raise AssertionError(f"seed {seed}: {exc}") from None
+        if n < 0:
+            beyond += 1
+        else:
+            events += n
     assert events > 0
+    # cases ended by a counter beyond int64 (both engines refuse them) stay rare
+    assert beyond <= len(seeds) // 50 + 1, f"{beyond} of {len(seeds)} cases went beyond int64"
 
 
 def test_units_known_equal() -> None:
