@@ -507,8 +507,15 @@ def engine_run_native(
             next_report += 1_000_000
     t1, c1 = time.perf_counter(), time.process_time()
     final: dict[str, int] = {}
+    outcomes = {"applied": 0, "ignored": 0, "failed": 0}
     for table, out in replay.finish():
         final[table] = final.get(table, 0) + out.num_rows
+        if table == "stats":
+            for row in out.to_pylist():
+                if row["stat_command"] == "*" and row["stat_kind"] in ("applied", "ignored"):
+                    outcomes[row["stat_kind"]] += row["stat_count"]
+                elif row["stat_command"] == "*" and row["stat_kind"] == "error":
+                    outcomes["failed"] += row["stat_count"]
     snapshot_s = time.perf_counter() - t1
     model_s += snapshot_s
     model_cpu += time.process_time() - c1
@@ -525,6 +532,7 @@ def engine_run_native(
         "model_cpu_seconds": round(model_cpu, 3),
         "events_per_s_per_core": round(done / model_s) if model_s else None,
         "events_per_s_per_cpu_second": round(done / model_cpu) if model_cpu else None,
+        "outcomes": outcomes,
         "history_rows": out_rows,
         "final_table_rows": final,
         "peak_rss_gib": gb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024),

@@ -14,8 +14,26 @@ class SeqOrderError(RuntimeError):
 class ReplayRowError(RuntimeError):
     """The model failed on one event (a bug, not a Redis error): names the row."""
 
+class StateError(ValueError):
+    """A model that cannot be saved, or saved data that is not a model (persist.StateError)."""
+
+class StateVersionError(StateError):
+    """Saved data of a schema version this pelengine does not read."""
+
+def row_digest(
+    seq: int,
+    ts_ms: int,
+    argv: list[str] | None,
+    db: int | None,
+    client: str | None,
+    marker: bool | None,
+) -> int:
+    """udf.py's ``row_digest``: the 63-bit digest of one replayed row."""
+
 class FamilyReplay:
-    """The replay of one family of stream keys (udf.py's ``replay``, without state)."""
+    """The replay of one family of stream keys (udf.py's ``replay``). ``keep_state``: count
+    and digest the rows, end with the model as a ``state`` row naming ``state_key`` (db,
+    family); a row whose ``state`` is set carries a saved model, seeding the replay."""
 
     def __init__(
         self,
@@ -27,6 +45,10 @@ class FamilyReplay:
         family: str,
         own_groups: list[str] | None,
         schemas: dict[str, pa.Schema],
+        *,
+        keep_state: bool = False,
+        mark_seq: int | None = None,
+        state_key: tuple[int | None, str | None] | None = None,
     ) -> None: ...
     def feed(self, batch: pa.RecordBatch) -> list[tuple[str, pa.RecordBatch]]: ...
     def finish(self) -> list[tuple[str, pa.RecordBatch]]: ...

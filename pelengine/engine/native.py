@@ -21,9 +21,9 @@ from types import ModuleType
 from pelengine.settings import ENGINES
 
 # the pelengine_native API this package speaks (its ``ABI``)
-NATIVE_ABI = 1
+NATIVE_ABI = 2
 # whether the native core reads and writes the saved state of incremental runs
-NATIVE_STATE = False
+NATIVE_STATE = True
 
 
 class EngineError(RuntimeError):
@@ -63,7 +63,7 @@ def why_not() -> str | None:
 def resolve_engine(choice: str, *, keep_state: bool = False) -> tuple[str, str]:
     """The engine a run uses for ``choice`` (auto, native, python), with the reason.
     ``keep_state``: an incremental run, whose replay reads and writes each family's saved
-    model (the Python model's state; the native core does not read or write it yet)."""
+    model (both engines do since ``NATIVE_STATE``: a state either saved loads in the other)."""
     if choice not in ENGINES:
         raise EngineError(f"unknown engine {choice!r}: choose one of {', '.join(ENGINES)}")
     if choice == "python":

@@ -368,6 +368,9 @@ def make_replay_function(
             family,
             None if own is None else sorted(own),
             schemas,
+            keep_state=keep_state,
+            mark_seq=mark_seq,
+            state_key=(key[0].as_py(), key[1].as_py()),
         )
         try:
             for batch in batches:
@@ -377,10 +380,12 @@ def make_replay_function(
             raise SeqOrderError(str(exc)) from None
         except core.ReplayRowError as exc:
             raise ReplayRowError(str(exc)) from None
+        except core.StateVersionError as exc:
+            raise persist.StateVersionError(str(exc)) from None
+        except core.StateError as exc:
+            raise persist.StateError(str(exc)) from None
 
     if engine == "native":
-        if keep_state:
-            raise EngineError("the native engine does not keep state: run incremental on python")
         return native_replay
     if engine != "python":
         raise EngineError(f"unknown engine {engine!r}")

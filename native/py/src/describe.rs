@@ -1,8 +1,41 @@
 //! Messages as udf.py words them (`_describe_row`, Python's `repr` of strings).
 
+use std::cmp::Ordering;
 use std::fmt::Write;
+use std::sync::OnceLock;
 
-/// Python's `repr()` of a `str`.
+use crate::printable::UNPRINTABLE;
+
+/// The running Python's unprintable ranges, where its Unicode database is not the one
+/// `printable.rs` was generated from (`follow_python`).
+static RUNNING: OnceLock<Vec<(u32, u32)>> = OnceLock::new();
+
+/// Make `py_repr` follow a Python whose Unicode database differs from `printable.rs`'s:
+/// `ranges` are the code points its `str.isprintable` refuses (sorted, inclusive). Only
+/// the first call counts.
+pub fn follow_python(ranges: Vec<(u32, u32)>) {
+    let _ = RUNNING.set(ranges);
+}
+
+/// Whether Python's `str.isprintable` refuses `c` (`repr` escapes it).
+pub fn unprintable(c: char) -> bool {
+    let code = u32::from(c);
+    let table = RUNNING.get().map_or(&UNPRINTABLE[..], |v| &v[..]);
+    table
+        .binary_search_by(|&(lo, hi)| {
+            if hi < code {
+                Ordering::Less
+            } else if lo > code {
+                Ordering::Greater
+            } else {
+                Ordering::Equal
+            }
+        })
+        .is_ok()
+}
+
+/// Python's `repr()` of a `str`, exactly (the printable characters of the running
+/// Python's Unicode database once `follow_python` ran, else `printable.rs`'s).
 pub fn py_repr(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
@@ -21,7 +54,7 @@ pub fn py_repr(s: &str) -> String {
                 out.push('\\');
                 out.push(c);
             }
-            c if printable(c) => out.push(c),
+            c if !unprintable(c) => out.push(c),
             c => {
                 let code = u32::from(c);
                 let _ = if code <= 0xff {
@@ -36,23 +69,6 @@ pub fn py_repr(s: &str) -> String {
     }
     out.push(quote);
     out
-}
-
-/// Python's `str.isprintable` for one character, approximately: control, format,
-/// separator (other than the space) and private-use characters are not.
-fn printable(c: char) -> bool {
-    let code = u32::from(c);
-    !(c.is_control()
-        || (0x80..=0xa0).contains(&code)
-        || code == 0xad
-        || (0x2000..=0x200f).contains(&code)
-        || (0x2028..=0x202f).contains(&code)
-        || (0x205f..=0x206f).contains(&code)
-        || code == 0x3000
-        || code == 0xfeff
-        || (0xd800..=0xf8ff).contains(&code)
-        || (0xfff9..=0xfffb).contains(&code)
-        || code >= 0xf0000)
 }
 
 fn py_opt(v: Option<i64>) -> String {

@@ -1,18 +1,20 @@
-//! The replay of one family of stream keys: the loop of udf.py's `replay` (without
-//! keeping state), Arrow batches in, each output table's Arrow batches out.
+//! The replay of one family of stream keys: the loop of udf.py's `replay` (its
+//! keep-state path included), Arrow batches in, each output table's Arrow batches out.
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use pelmodel::persist::{self, StateError};
 use pelmodel::replay::{command_name, Replayer, Unit};
 
 use crate::cols::{Cols, Kind, Val};
 use crate::describe::describe_row;
 use crate::history::history_cols;
-use crate::input::{has_state, Bools, Ints, StrLists, Strs};
+use crate::input::{Bools, Ints, StrLists, Strs};
 use crate::snapshot::snapshot_cols;
+use crate::state::{row_digest, state_batch, SavedColumn, StateRow};
 
 /// What went wrong, as the Python exception it becomes.
 #[derive(Debug)]
@@ -27,6 +29,9 @@ pub enum Failure {
     Value(String),
     /// `RuntimeError`: a bug here, or a call after a failed one
     Runtime(String),
+    /// `StateError`/`StateVersionError`: a saved model that does not load, or a model
+    /// that cannot be saved
+    State(StateError),
 }
 
 /// The text of a panic's payload.
@@ -89,6 +94,24 @@ pub struct FamilySpec {
     /// the groups of a unit of a family split by group (None: not split)
     pub own_groups: Option<Vec<String>>,
     pub schemas: HashMap<String, SchemaRef>,
+    /// keep state (an incremental run): count and digest every row, emit the model as a
+    /// `state` row at the end
+    pub keep_state: bool,
+    /// `mark_n`/`mark_x` count the rows with `seq <= mark_seq`
+    pub mark_seq: Option<i64>,
+    /// the family's key (db, family) the `state` row names
+    pub state_key: (Option<i64>, Option<String>),
+}
+
+/// The keep-state counts of udf.py's loop.
+#[derive(Default)]
+struct Kept {
+    /// a saved model seeded the replay
+    seeded: bool,
+    agg_n: i64,
+    agg_x: i64,
+    mark_n: i64,
+    mark_x: i64,
 }
 
 /// One family's replay in progress.
@@ -107,6 +130,10 @@ pub struct Family {
     /// set once a call failed or `finish` ran: the replay cannot go on
     over: Option<String>,
     argv: Vec<String>,
+    keep_state: bool,
+    mark_seq: Option<i64>,
+    state_key: (Option<i64>, Option<String>),
+    kept: Kept,
 }
 
 pub type Output = Vec<(&'static str, RecordBatch)>;
@@ -122,6 +149,11 @@ impl Family {
             return Err(Failure::Value(format!(
                 "FamilyReplay needs the schema of every output table: {missing:?} missing"
             )));
+        }
+        if spec.keep_state && !spec.schemas.contains_key("state") {
+            return Err(Failure::Value(
+                "FamilyReplay(keep_state=True) needs the schema of the state table".to_owned(),
+            ));
         }
         let replayer = guarded(|| {
             Replayer::new(
@@ -147,6 +179,10 @@ impl Family {
             fanout_counts: Vec::new(),
             over: None,
             argv: Vec::new(),
+            keep_state: spec.keep_state,
+            mark_seq: spec.mark_seq,
+            state_key: spec.state_key,
+            kept: Kept::default(),
         })
     }
 
@@ -190,17 +226,67 @@ impl Family {
         }
         let stats = stat_cols(&self.replayer, &self.fanout_counts);
         self.emit(&mut out, "stats", &stats, false)?;
+        if self.keep_state {
+            out.push(("state", self.state_row()?));
+        }
         Ok(out)
     }
 
-    fn apply_batch(&mut self, batch: &RecordBatch) -> Result<(), Failure> {
-        if has_state(batch) {
-            return Err(Failure::Value(format!(
-                "replay of {}: a row carries a saved model (`state`): the native engine does \
-                 not keep state, run incremental replays with the Python engine",
-                self.family
-            )));
+    /// The model as the `state` table's row (udf.py: the open records were emitted as
+    /// segments, the saved model counts anew).
+    fn state_row(&mut self) -> Result<RecordBatch, Failure> {
+        let family = &self.family;
+        let replayer = &mut self.replayer;
+        let data = guarded(|| {
+            replayer.restart_open_records();
+            persist::dump(replayer)
+        })
+        .map_err(|p| Failure::Runtime(format!("saving the model of {family} panicked: {p}")))?
+        .map_err(|e| Failure::State(StateError::Invalid(e)))?;
+        let schema = self
+            .schemas
+            .get("state")
+            .ok_or_else(|| Failure::Runtime("no schema for the table state".to_owned()))?;
+        let row = StateRow {
+            db: self.state_key.0,
+            family: self.state_key.1.as_deref(),
+            applied_seq: self.last_seq,
+            data: &data,
+            agg_n: self.kept.agg_n,
+            agg_x: self.kept.agg_x,
+            mark_n: self.kept.mark_n,
+            mark_x: self.kept.mark_x,
+        };
+        state_batch(schema, &row)
+            .map_err(|e| Failure::Value(format!("replay of {family}: the state row: {e}")))
+    }
+
+    /// A row carrying a saved model (udf.py: saved models sort first, at their last
+    /// applied seq; several of them: families that new commands tie together, merged).
+    fn seed(&mut self, saved: &SavedColumn<'_>, i: usize, seq: Option<i64>) -> Result<(), Failure> {
+        let family = &self.family;
+        let (loaded, n, x) = guarded(|| saved.load(i))
+            .map_err(|p| Failure::Runtime(format!("loading the model of {family} panicked: {p}")))?
+            .map_err(Failure::State)?;
+        let kept = &mut self.kept;
+        if kept.seeded {
+            self.replayer.absorb(loaded);
+            kept.agg_n = kept.agg_n.wrapping_add(n);
+            kept.agg_x ^= x;
+        } else {
+            self.replayer = loaded;
+            kept.agg_n = n;
+            kept.agg_x = x;
         }
+        kept.seeded = true;
+        self.last_seq = match (seq, self.last_seq) {
+            (Some(seq), Some(last)) => Some(seq.max(last)),
+            (seq, last) => seq.or(last),
+        };
+        Ok(())
+    }
+
+    fn apply_batch(&mut self, batch: &RecordBatch) -> Result<(), Failure> {
         let n = batch.num_rows();
         let type_error = |e: crate::input::ColumnTypeError| Failure::Type(e.0);
         let seqs = Ints::read(batch, "seq").map_err(type_error)?;
@@ -213,6 +299,7 @@ impl Family {
         let units = Ints::read(batch, "exec_unit").map_err(type_error)?;
         let leads = Bools::read(batch, "lead").map_err(type_error)?;
         let silents = Bools::read(batch, "silent").map_err(type_error)?;
+        let saved = SavedColumn::read(batch).map_err(type_error)?;
         if batch.column_by_name("lead").is_some() && n > 0 {
             self.lead = leads.get(0).unwrap_or(false);
         }
@@ -220,6 +307,10 @@ impl Family {
         let result = (|| {
             for i in 0..n {
                 let seq = seqs.get(i);
+                if saved.is_set(i) {
+                    self.seed(&saved, i, seq)?;
+                    continue;
+                }
                 let ts_ms = times.get(i);
                 let db = dbs.get(i);
                 let has_argv = argvs.fill(i, &mut argv).map_err(|j| {
@@ -281,6 +372,16 @@ impl Family {
             }
         }
         self.last_seq = Some(seq);
+        if self.keep_state {
+            let digest = row_digest(seq, ts_ms, has_argv.then_some(argv), db, client, marker);
+            let kept = &mut self.kept;
+            kept.agg_n = kept.agg_n.wrapping_add(1);
+            kept.agg_x ^= digest;
+            if self.mark_seq.is_some_and(|mark| seq <= mark) {
+                kept.mark_n = kept.mark_n.wrapping_add(1);
+                kept.mark_x ^= digest;
+            }
+        }
         let unit = Unit::Known(exec_unit);
         let replayer = &mut self.replayer;
         let failed = |kind: &str, what: String| {
@@ -382,6 +483,7 @@ fn short(f: &Failure) -> &str {
         Failure::Type(_) => "TypeError",
         Failure::Value(_) => "ValueError",
         Failure::Runtime(_) => "RuntimeError",
+        Failure::State(e) => e.class_name(),
     }
 }
 

@@ -213,10 +213,3 @@ impl<'a> StrLists<'a> {
         }
     }
 }
-
-/// Whether the batch has a `state` column holding a value (a saved model: the native
-/// core does not read them).
-pub fn has_state(batch: &RecordBatch) -> bool {
-    column(batch, "state")
-        .is_some_and(|c| c.data_type() != &DataType::Null && c.null_count() < c.len())
-}

@@ -1,6 +1,7 @@
 //! `pelengine_native`: the Python face of the native replay core (`pelmodel`).
 //!
-//! * `FamilyReplay`: the replay UDF's loop for one family (udf.py's `replay`), Arrow
+//! * `FamilyReplay`: the replay UDF's loop for one family (udf.py's `replay`, keeping
+//!   state or not), Arrow
 //!   record batches in and out through the Arrow C data interface (no Python object per
 //!   event or per output row);
 //! * `Replayer`: the model one event at a time, for tests (the Python `Replayer`'s face).
@@ -13,7 +14,9 @@ pub mod describe;
 pub mod family;
 pub mod history;
 pub mod input;
+pub mod printable;
 pub mod snapshot;
+pub mod state;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,8 +34,9 @@ use crate::family::{guarded, Failure, Family, FamilySpec, Output};
 use crate::history::history_cols;
 use crate::snapshot::snapshot_cols;
 
-/// The API this module speaks (`pelengine.engine.native.NATIVE_ABI`).
-const ABI: i64 = 1;
+/// The API this module speaks (`pelengine.engine.native.NATIVE_ABI`): 2 since
+/// `FamilyReplay` keeps state (`keep_state`, `mark_seq`, `state_key`).
+const ABI: i64 = 2;
 
 create_exception!(
     pelengine_native,
@@ -46,6 +50,18 @@ create_exception!(
     PyRuntimeError,
     "The model failed on one event (a bug, not a Redis error): names the row."
 );
+create_exception!(
+    pelengine_native,
+    StateError,
+    PyValueError,
+    "A model that cannot be saved, or saved data that is not a model (persist.StateError)."
+);
+create_exception!(
+    pelengine_native,
+    StateVersionError,
+    StateError,
+    "Saved data of a schema version this pelengine does not read (persist.StateVersionError)."
+);
 
 impl From<Failure> for PyErr {
     fn from(f: Failure) -> PyErr {
@@ -55,8 +71,51 @@ impl From<Failure> for PyErr {
             Failure::Type(m) => PyTypeError::new_err(m),
             Failure::Value(m) => PyValueError::new_err(m),
             Failure::Runtime(m) => PyRuntimeError::new_err(m),
+            Failure::State(e) => state_error(e),
         }
     }
+}
+
+fn state_error(e: pelmodel::StateError) -> PyErr {
+    match e {
+        pelmodel::StateError::Version(m) => StateVersionError::new_err(m),
+        pelmodel::StateError::Invalid(m) => StateError::new_err(m),
+    }
+}
+
+/// Python's `repr` of strings (row digests, messages) as this Python prints them: when
+/// its Unicode database is not the one of `printable.rs`, its unprintable code points
+/// are listed once (a fraction of a second) and followed.
+fn follow_python_unicode(py: Python<'_>) -> PyResult<()> {
+    static CHECKED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    if CHECKED.get().is_some() {
+        return Ok(());
+    }
+    let version: String = py
+        .import("unicodedata")?
+        .getattr("unidata_version")?
+        .extract()?;
+    if version != printable::UNICODE_VERSION {
+        let code = cr"
+ranges = []
+for c in range(0x110000):
+    if not chr(c).isprintable():
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+ranges = [tuple(r) for r in ranges]
+";
+        let globals = PyDict::new(py);
+        py.run(code, Some(&globals), None)?;
+        let ranges: Vec<(u32, u32)> = globals
+            .get_item("ranges")?
+            .ok_or_else(|| PyRuntimeError::new_err("no unprintable ranges"))?
+            .extract()?;
+        describe::follow_python(ranges);
+    }
+    let _ = CHECKED.set(());
+    Ok(())
 }
 
 fn runtime(what: &str) -> impl FnOnce(String) -> PyErr + '_ {
@@ -88,12 +147,19 @@ fn batch_dict<'py>(
     Ok(out)
 }
 
-/// The replay of one family of stream keys (udf.py's `replay`, without keeping state).
+/// The replay of one family of stream keys (udf.py's `replay`).
 ///
 /// `FamilyReplay(profile, node_max_entries, node_max_bytes, as_of_ms, as_of_seq, family,
-/// own_groups, schemas)`: `family` names the family in error messages; `own_groups` the
-/// groups of a unit of a family split by group (None: not split); `schemas` the Arrow
-/// schema of every output table. `feed(batch)` applies a batch of the family's events
+/// own_groups, schemas, *, keep_state=False, mark_seq=None, state_key=None)`: `family`
+/// names the family in error messages; `own_groups` the groups of a unit of a family
+/// split by group (None: not split); `schemas` the Arrow schema of every output table.
+///
+/// A row whose `state` column (`SAVED_STATE_TYPE`) is set carries a saved model: the
+/// first one seeds the replay, later ones are merged in (`StateError`,
+/// `StateVersionError`: one that does not load, with Python's message). `keep_state`:
+/// every other row is counted and digested (`agg_n`/`agg_x`, `mark_n`/`mark_x` for
+/// `seq <= mark_seq`) and `finish` ends with the model as one `state` row (its `schemas`
+/// entry needed), naming `state_key` = (db, family). `feed(batch)` applies a batch of the family's events
 /// (in `seq` order) and returns the history it made, `finish()` the rest; both as a list
 /// of `(table, pyarrow.RecordBatch)`, at most 8192 rows per batch.
 #[pyclass(module = "pelengine_native")]
@@ -107,8 +173,9 @@ pub struct FamilyReplay {
 impl FamilyReplay {
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (profile, node_max_entries, node_max_bytes, as_of_ms, as_of_seq, family, own_groups, schemas))]
+    #[pyo3(signature = (profile, node_max_entries, node_max_bytes, as_of_ms, as_of_seq, family, own_groups, schemas, *, keep_state=false, mark_seq=None, state_key=None))]
     fn new(
+        py: Python<'_>,
         profile: String,
         node_max_entries: i64,
         node_max_bytes: i64,
@@ -117,7 +184,13 @@ impl FamilyReplay {
         family: String,
         own_groups: Option<Vec<String>>,
         schemas: HashMap<String, PyArrowType<Schema>>,
+        keep_state: bool,
+        mark_seq: Option<i64>,
+        state_key: Option<(Option<i64>, Option<String>)>,
     ) -> PyResult<FamilyReplay> {
+        if keep_state {
+            follow_python_unicode(py)?;
+        }
         let schemas = schemas
             .into_iter()
             .map(|(table, schema)| (table, Arc::new(schema.0)))
@@ -131,6 +204,9 @@ impl FamilyReplay {
             family,
             own_groups,
             schemas,
+            keep_state,
+            mark_seq,
+            state_key: state_key.unwrap_or((None, None)),
         })?;
         Ok(FamilyReplay {
             inner: Mutex::new(inner),
@@ -159,6 +235,29 @@ impl FamilyReplay {
             .map_err(runtime("FamilyReplay.finish"))??;
         output_list(py, out)
     }
+}
+
+/// udf.py's `row_digest`: the 63-bit digest of one replayed row XOR-ed into `agg_x`.
+#[pyfunction]
+#[pyo3(signature = (seq, ts_ms, argv, db, client, marker))]
+fn row_digest(
+    py: Python<'_>,
+    seq: i64,
+    ts_ms: i64,
+    argv: Option<Vec<String>>,
+    db: Option<i64>,
+    client: Option<&str>,
+    marker: Option<bool>,
+) -> PyResult<i64> {
+    follow_python_unicode(py)?;
+    Ok(state::row_digest(
+        seq,
+        ts_ms,
+        argv.as_deref(),
+        db,
+        client,
+        marker.unwrap_or(false),
+    ))
 }
 
 /// The model one event at a time (the Python `pelengine.model.replay.Replayer`'s face).
@@ -330,6 +429,9 @@ fn pelengine_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ABI", ABI)?;
     m.add("SeqOrderError", py.get_type::<SeqOrderError>())?;
     m.add("ReplayRowError", py.get_type::<ReplayRowError>())?;
+    m.add("StateError", py.get_type::<StateError>())?;
+    m.add("StateVersionError", py.get_type::<StateVersionError>())?;
+    m.add_function(wrap_pyfunction!(row_digest, m)?)?;
     m.add_class::<FamilyReplay>()?;
     m.add_class::<PyReplayer>()?;
     Ok(())
