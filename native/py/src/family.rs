@@ -530,3 +530,27 @@ pub fn stat_cols(replayer: &Replayer, fanout: &[((&'static str, Option<String>),
     }
     rows
 }
+
+#[cfg(test)]
+mod guard_tests {
+    use super::guarded;
+
+    #[test]
+    fn a_panic_becomes_an_error_with_its_text() {
+        let caught = guarded(|| -> i64 { panic!("boom at seq 7") });
+        assert_eq!(caught, Err("boom at seq 7".to_owned()));
+    }
+
+    #[test]
+    fn an_overflow_is_caught_too() {
+        // overflow-checks are on in every profile this workspace builds with
+        let big = std::hint::black_box(i64::MAX);
+        let caught = guarded(|| big + 1);
+        assert!(caught.is_err(), "{caught:?}");
+    }
+
+    #[test]
+    fn a_value_passes_through() {
+        assert_eq!(guarded(|| 41 + 1), Ok(42));
+    }
+}
