@@ -686,6 +686,27 @@ fn get_or_create_consumer<'c>(
         .or_insert_with(|| Consumer::new(name, now))
 }
 
+/// The consumer `name` (created if missing) seen now: what every read and claim does
+/// to the consumer it names.
+fn touch_consumer(consumers: &mut IndexMap<String, Consumer>, name: &str, now: i64) {
+    get_or_create_consumer(consumers, name, now).seen_time = now;
+}
+
+/// XCLAIM/XAUTOCLAIM: the claiming consumer, touched once per command (when the profile
+/// creates it eagerly, before the first entry; else at the first entry claimed).
+fn claimer<'a>(
+    touched: &mut Option<&'a str>,
+    consumers: &mut IndexMap<String, Consumer>,
+    name: &'a str,
+    now: i64,
+) -> &'a str {
+    if touched.is_none() {
+        touch_consumer(consumers, name, now);
+        *touched = Some(name);
+    }
+    name
+}
+
 fn consumer_mut<'c>(
     consumers: &'c mut IndexMap<String, Consumer>,
     name: &str,
@@ -1612,7 +1633,7 @@ pub fn xreadgroup(m: &mut Model, call: &Call) -> Result<(), Fail> {
             .get_mut(group_name)
             .ok_or_else(|| internal("KeyError: the group vanished"))?;
         if let Some(gt) = gt {
-            get_or_create_consumer(&mut group.consumers, consumer_name, now).seen_time = now;
+            touch_consumer(&mut group.consumers, consumer_name, now);
             let start = incr_id(gt).unwrap_or(ZERO_ID);
             serve_history(
                 &mut m.hist,
@@ -1629,7 +1650,7 @@ pub fn xreadgroup(m: &mut Model, call: &Call) -> Result<(), Fail> {
         }
         let serve = matches!(entries.last(), Some(last) if *last > group.last_id);
         if eager || serve {
-            get_or_create_consumer(&mut group.consumers, consumer_name, now).seen_time = now;
+            touch_consumer(&mut group.consumers, consumer_name, now);
             if serve {
                 serve_new(
                     &mut m.hist,
@@ -1959,8 +1980,7 @@ pub fn xclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
     let consumer_name = arg(argv, 3)?;
     let mut consumer: Option<&str> = None;
     if profile.eager_consumers {
-        get_or_create_consumer(&mut group.consumers, consumer_name, now).seen_time = now;
-        consumer = Some(consumer_name);
+        claimer(&mut consumer, &mut group.consumers, consumer_name, now);
     }
     for entry_id in ids {
         let pending = group.pel.contains_key(&entry_id);
@@ -1982,14 +2002,7 @@ pub fn xclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
         {
             continue;
         }
-        let claimer = match consumer {
-            Some(name) => name,
-            None => {
-                get_or_create_consumer(&mut group.consumers, consumer_name, now).seen_time = now;
-                consumer = Some(consumer_name);
-                consumer_name
-            }
-        };
+        let claimer = claimer(&mut consumer, &mut group.consumers, consumer_name, now);
         claim(
             &mut m.hist,
             profile,
@@ -2061,8 +2074,7 @@ pub fn xautoclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
     let consumer_name = arg(argv, 3)?;
     let mut consumer: Option<&str> = None;
     if profile.eager_consumers {
-        get_or_create_consumer(&mut group.consumers, consumer_name, now).seen_time = now;
-        consumer = Some(consumer_name);
+        claimer(&mut consumer, &mut group.consumers, consumer_name, now);
     }
     let mut attempts = count * 10;
     let mut position = start;
@@ -2083,14 +2095,7 @@ pub fn xautoclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
         if minidle != 0 && i128::from(now) - i128::from(delivery_time) < minidle {
             continue;
         }
-        let claimer = match consumer {
-            Some(name) => name,
-            None => {
-                get_or_create_consumer(&mut group.consumers, consumer_name, now).seen_time = now;
-                consumer = Some(consumer_name);
-                consumer_name
-            }
-        };
+        let claimer = claimer(&mut consumer, &mut group.consumers, consumer_name, now);
         claim(
             &mut m.hist,
             profile,
