@@ -18,7 +18,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use indexmap::{Equivalent, IndexMap};
+use indexmap::Equivalent;
+
+use crate::IndexMap;
 
 use crate::calls::{BlockedRead, Call, Profile};
 use crate::history::{push_incarnation, push_segment, HistoryTables};

@@ -8,8 +8,9 @@
 //! delivery segment (one piece of a `delivery_counts` row, see the Python module
 //! docstring) and where a group incarnation ended.
 
-use crate::ids::{id_parts, StreamId};
+use crate::ids::{to_bigint, StreamId};
 use crate::state::{DeliveryRecord, Group, PelVersion};
+use crate::texts::Texts;
 
 /// `replay.CHANGE_COLUMNS`
 pub const CHANGE_COLUMNS: [&str; 15] = [
@@ -99,18 +100,18 @@ pub const PRIOR_SEGMENT_N: i64 = -1;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChangeRows {
     pub db: Vec<i64>,
-    pub key: Vec<String>,
-    pub group: Vec<String>,
-    pub id: Vec<String>,
+    pub key: Texts,
+    pub group: Texts,
+    pub id: Texts,
     pub id_ms: Vec<Option<i64>>,
     pub id_seq: Vec<Option<i64>>,
     pub seq: Vec<i64>,
     pub request_seq: Vec<i64>,
     pub ts_ms: Vec<i64>,
-    pub command: Vec<String>,
-    pub change: Vec<String>,
-    pub from_consumer: Vec<Option<String>>,
-    pub to_consumer: Vec<Option<String>>,
+    pub command: Texts,
+    pub change: Texts,
+    pub from_consumer: Texts,
+    pub to_consumer: Texts,
     pub delivery_count: Vec<i64>,
     pub delivery_time_ms: Vec<i64>,
 }
@@ -134,20 +135,19 @@ impl ChangeRows {
         delivery_count: i64,
         delivery_time_ms: i64,
     ) {
-        let (id, id_ms, id_seq) = id_parts(entry_id);
         self.db.push(db);
-        self.key.push(key.to_string());
-        self.group.push(group.to_string());
-        self.id.push(id);
-        self.id_ms.push(id_ms);
-        self.id_seq.push(id_seq);
+        self.key.push(key);
+        self.group.push(group);
+        self.id.push_id(entry_id);
+        self.id_ms.push(to_bigint(entry_id.ms));
+        self.id_seq.push(to_bigint(entry_id.seq));
         self.seq.push(seq);
         self.request_seq.push(request_seq);
         self.ts_ms.push(ts_ms);
-        self.command.push(command.to_string());
-        self.change.push(change.to_string());
-        self.from_consumer.push(from_consumer.map(str::to_string));
-        self.to_consumer.push(to_consumer.map(str::to_string));
+        self.command.push(command);
+        self.change.push(change);
+        self.from_consumer.push_opt(from_consumer);
+        self.to_consumer.push_opt(to_consumer);
         self.delivery_count.push(delivery_count);
         self.delivery_time_ms.push(delivery_time_ms);
     }
@@ -157,12 +157,12 @@ impl ChangeRows {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VersionRows {
     pub db: Vec<i64>,
-    pub key: Vec<String>,
-    pub group: Vec<String>,
-    pub id: Vec<String>,
+    pub key: Texts,
+    pub group: Texts,
+    pub id: Texts,
     pub id_ms: Vec<Option<i64>>,
     pub id_seq: Vec<Option<i64>>,
-    pub consumer: Vec<Option<String>>,
+    pub consumer: Texts,
     pub delivery_time_ms: Vec<i64>,
     pub delivery_count: Vec<i64>,
     pub entry_exists: Vec<bool>,
@@ -184,14 +184,13 @@ impl VersionRows {
         version: &PelVersion,
         valid_to: Option<(i64, i64)>,
     ) {
-        let (id, id_ms, id_seq) = id_parts(entry_id);
         self.db.push(db);
-        self.key.push(key.to_string());
-        self.group.push(group.to_string());
-        self.id.push(id);
-        self.id_ms.push(id_ms);
-        self.id_seq.push(id_seq);
-        self.consumer.push(version.consumer.clone());
+        self.key.push(key);
+        self.group.push(group);
+        self.id.push_id(entry_id);
+        self.id_ms.push(to_bigint(entry_id.ms));
+        self.id_seq.push(to_bigint(entry_id.seq));
+        self.consumer.push_opt(version.consumer.as_deref());
         self.delivery_time_ms.push(version.delivery_time);
         self.delivery_count.push(version.delivery_count);
         self.entry_exists.push(version.entry_exists);
@@ -206,10 +205,10 @@ impl VersionRows {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SegmentRows {
     pub db: Vec<i64>,
-    pub key: Vec<String>,
-    pub group: Vec<String>,
+    pub key: Texts,
+    pub group: Texts,
     pub group_created_seq: Vec<i64>,
-    pub id: Vec<String>,
+    pub id: Texts,
     pub id_ms: Vec<Option<i64>>,
     pub id_seq: Vec<Option<i64>>,
     pub delivery_count: Vec<i64>,
@@ -217,7 +216,7 @@ pub struct SegmentRows {
     pub owner_names: Vec<Vec<String>>,
     pub first_delivery_ms: Vec<Option<i64>>,
     pub last_delivery_ms: Vec<Option<i64>>,
-    pub status: Vec<String>,
+    pub status: Texts,
     pub closed_ms: Vec<Option<i64>>,
     pub segment_n: Vec<i64>,
 }
@@ -226,8 +225,8 @@ pub struct SegmentRows {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IncarnationRows {
     pub db: Vec<i64>,
-    pub key: Vec<String>,
-    pub group: Vec<String>,
+    pub key: Texts,
+    pub group: Texts,
     pub group_created_seq: Vec<i64>,
 }
 
@@ -350,21 +349,20 @@ pub(crate) fn push_segment(
     rec: &DeliveryRecord,
     segment_n: i64,
 ) {
-    let (id, id_ms, id_seq) = id_parts(entry_id);
     sink.db.push(db);
-    sink.key.push(key.to_string());
-    sink.group.push(group.to_string());
+    sink.key.push(key);
+    sink.group.push(group);
     sink.group_created_seq.push(created_seq);
-    sink.id.push(id);
-    sink.id_ms.push(id_ms);
-    sink.id_seq.push(id_seq);
+    sink.id.push_id(entry_id);
+    sink.id_ms.push(to_bigint(entry_id.ms));
+    sink.id_seq.push(to_bigint(entry_id.seq));
     sink.delivery_count.push(rec.delivery_count);
     sink.deliveries.push(rec.deliveries);
     // a BTreeSet<String> iterates in code point order, as Python's sorted(set)
     sink.owner_names.push(rec.owners.iter().cloned().collect());
     sink.first_delivery_ms.push(rec.first_delivery_ms);
     sink.last_delivery_ms.push(rec.last_delivery_ms);
-    sink.status.push(rec.status.clone());
+    sink.status.push(&rec.status);
     sink.closed_ms.push(rec.closed_ms);
     sink.segment_n.push(segment_n);
 }
@@ -383,8 +381,8 @@ pub(crate) fn push_incarnation(
     created_seq: i64,
 ) {
     sink.db.push(db);
-    sink.key.push(key.to_string());
-    sink.group.push(group.to_string());
+    sink.key.push(key);
+    sink.group.push(group);
     sink.group_created_seq.push(created_seq);
 }
 
@@ -401,6 +399,18 @@ impl HistoryTables {
     /// What was appended so far, per table (every sink starts empty again).
     pub fn take(&mut self) -> Self {
         std::mem::take(self)
+    }
+
+    /// How many rows every table holds.
+    pub fn len(&self) -> usize {
+        self.ownership_changes.len()
+            + self.pel_history.len()
+            + self.delivery_segments.len()
+            + self.group_incarnations.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Append every row of `other`, table by table.
@@ -425,7 +435,7 @@ mod tests {
         let rec = DeliveryRecord::new(2, 3, owners, Some(1), Some(5));
         append_segment(&mut sink, 0, "k", &group, &StreamId::new(1, 2), &rec, 4);
         assert_eq!(sink.owner_names[0], ["Z", "a", "b", "é"]);
-        assert_eq!(sink.id[0], "1-2");
+        assert_eq!(sink.id.get(0), Some("1-2"));
         let taken = sink.take();
         assert_eq!((taken.len(), sink.len()), (1, 0));
         let mut inc = IncarnationRows::default();

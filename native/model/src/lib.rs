@@ -15,6 +15,12 @@
 //! The Python model is the reference: every outcome, counter, history row and state
 //! field is the same for every input, its quirks included.
 
+/// The model's insertion-ordered maps. Their order is insertion order whatever the
+/// hasher; Fx hashing (rustc's) is several times cheaper than SipHash on the short
+/// keys the model hashes (names, IDs), and nothing here hashes keys an attacker
+/// chooses to slow a shared server down: a replay only hurts itself.
+pub type IndexMap<K, V> = indexmap::IndexMap<K, V, rustc_hash::FxBuildHasher>;
+
 pub mod calls;
 pub mod commands;
 pub mod history;
@@ -23,6 +29,7 @@ pub mod listpack;
 pub mod persist;
 pub mod replay;
 pub mod state;
+pub mod texts;
 pub mod units;
 
 pub use calls::{BlockedRead, Call, Profile};

@@ -32,7 +32,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 
-use indexmap::IndexMap;
+use crate::IndexMap;
 
 use crate::calls::{BlockedRead, Call};
 use crate::commands::Trigger;
@@ -1125,13 +1125,13 @@ fn build(s: &StateSections) -> Result<Replayer, String> {
     }
     r.counters = counters;
 
-    let mut stream_rows: IndexMap<(i64, String), &StreamRow> = IndexMap::new();
+    let mut stream_rows: IndexMap<(i64, String), &StreamRow> = IndexMap::default();
     for row in &s.streams {
         stream_rows.insert((i64::from(row.db), row.key.clone()), row);
     }
     // the streams by key (a stream whose key a later row gives another type stays
     // here, unreachable from the keyspace, as in Python)
-    let mut streams: IndexMap<(i64, String), Stream> = IndexMap::new();
+    let mut streams: IndexMap<(i64, String), Stream> = IndexMap::default();
     for row in &s.keys {
         let place = (i64::from(row.db), row.key.clone());
         if row.r#type != STREAM_TYPE {

@@ -12,7 +12,7 @@
 //! The state tables at a moment (pel, ownership, groups, streams, delivery rows) are
 //! rendered from the replayer by the snapshot (not part of this crate).
 
-use indexmap::IndexMap;
+use crate::IndexMap;
 
 use crate::calls::{BlockedRead, Profile};
 use crate::commands::{
@@ -524,16 +524,16 @@ impl Replayer {
             profile: get_profile(profile)?,
             node_max_entries,
             node_max_bytes,
-            keys: Keys::new(),
+            keys: Keys::default(),
             counters: Counters::default(),
-            notes: IndexMap::new(),
+            notes: IndexMap::default(),
             record_changes,
             last_seq: None,
             last_ts_ms: None,
             tables: HistoryTables::default(),
-            units: IndexMap::new(),
+            units: IndexMap::default(),
             blocked: Vec::new(),
-            ready: IndexMap::new(),
+            ready: IndexMap::default(),
             closed: Vec::new(),
             spill_closed_records,
             segment_n: 0,
@@ -644,7 +644,7 @@ impl Replayer {
         let before = if self.unit.is_some() && !self.ready.is_empty() {
             self.ready.clone()
         } else {
-            IndexMap::new()
+            IndexMap::default()
         };
         let result = {
             let mut m = self.model();
@@ -693,6 +693,12 @@ impl Replayer {
 
     pub(crate) fn forget_calls(&mut self) {
         if self.call_log.len() <= 1 && self.ready.is_empty() {
+            return;
+        }
+        if self.ready.is_empty() {
+            // the common case: only the current call is referred to
+            let current = self.call.map(|t| t.id);
+            self.call_log.retain(|(id, _)| Some(*id) == current);
             return;
         }
         let mut kept: std::collections::HashSet<u64> =
@@ -815,7 +821,7 @@ impl Replayer {
     /// Start counting outcomes afresh (a saved model continuing in a new run).
     pub fn reset_counters(&mut self) {
         self.counters = Counters::default();
-        self.notes = IndexMap::new();
+        self.notes = IndexMap::default();
     }
 
     fn fail(&mut self, kind: &str) -> Outcome {
@@ -886,6 +892,11 @@ impl Replayer {
     /// and live incarnations are part of the snapshot.
     pub fn drain_tables(&mut self) -> HistoryTables {
         self.tables.take()
+    }
+
+    /// How many history rows wait to be drained (every table).
+    pub fn undrained_rows(&self) -> usize {
+        self.tables.len()
     }
 
     /// Spilling, once the snapshot gave the open records as segments and the model is

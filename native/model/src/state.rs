@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use indexmap::IndexMap;
+use crate::IndexMap;
 
 use crate::ids::{StreamId, ZERO_ID};
 
@@ -141,8 +141,8 @@ impl Group {
             entries_read,
             created_seq,
             pel: BTreeMap::new(),
-            consumers: IndexMap::new(),
-            records: IndexMap::new(),
+            consumers: IndexMap::default(),
+            records: IndexMap::default(),
         }
     }
 }

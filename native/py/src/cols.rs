@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use arrow_array::builder::{GenericListBuilder, GenericStringBuilder};
 use arrow_array::{
-    new_null_array, ArrayRef, BooleanArray, Int32Array, Int64Array, LargeStringArray,
-    OffsetSizeTrait, RecordBatch, StringArray,
+    new_null_array, ArrayRef, BooleanArray, Int32Array, Int64Array, OffsetSizeTrait, RecordBatch,
 };
+use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
+use pelmodel::texts::Texts;
 
 /// How many rows one output batch holds at most (udf.py's `OUTPUT_BATCH_ROWS`).
 pub const OUTPUT_BATCH_ROWS: usize = 8192;
@@ -20,7 +21,7 @@ pub const OUTPUT_BATCH_ROWS: usize = 8192;
 #[derive(Debug, Clone)]
 pub enum Col {
     Int(Vec<Option<i64>>),
-    Str(Vec<Option<String>>),
+    Str(Texts),
     Bool(Vec<Option<bool>>),
     StrList(Vec<Option<Vec<String>>>),
 }
@@ -93,7 +94,7 @@ impl Col {
     pub fn empty(kind: Kind) -> Col {
         match kind {
             Kind::Int => Col::Int(Vec::new()),
-            Kind::Str => Col::Str(Vec::new()),
+            Kind::Str => Col::Str(Texts::new()),
             Kind::Bool => Col::Bool(Vec::new()),
             Kind::StrList => Col::StrList(Vec::new()),
         }
@@ -125,7 +126,7 @@ impl Col {
     fn push(&mut self, value: Val) -> bool {
         match (self, value) {
             (Col::Int(c), Val::Int(v)) => c.push(v),
-            (Col::Str(c), Val::Str(v)) => c.push(v),
+            (Col::Str(c), Val::Str(v)) => c.push_opt(v.as_deref()),
             (Col::Bool(c), Val::Bool(v)) => c.push(v),
             (Col::StrList(c), Val::StrList(v)) => c.push(v),
             _ => return false,
@@ -136,7 +137,7 @@ impl Col {
     fn subset(&self, keep: &[usize]) -> Col {
         match self {
             Col::Int(v) => Col::Int(keep.iter().map(|&i| v[i]).collect()),
-            Col::Str(v) => Col::Str(keep.iter().map(|&i| v[i].clone()).collect()),
+            Col::Str(v) => Col::Str(v.subset(keep)),
             Col::Bool(v) => Col::Bool(keep.iter().map(|&i| v[i]).collect()),
             Col::StrList(v) => Col::StrList(keep.iter().map(|&i| v[i].clone()).collect()),
         }
@@ -174,12 +175,8 @@ impl Col {
                 }
                 Arc::new(Int32Array::from(out))
             }
-            (Col::Str(v), DataType::Utf8) => Arc::new(StringArray::from_iter(
-                v[range].iter().map(|s| s.as_deref()),
-            )),
-            (Col::Str(v), DataType::LargeUtf8) => Arc::new(LargeStringArray::from_iter(
-                v[range].iter().map(|s| s.as_deref()),
-            )),
+            (Col::Str(v), DataType::Utf8) => texts_array::<i32>(v, range)?,
+            (Col::Str(v), DataType::LargeUtf8) => texts_array::<i64>(v, range)?,
             (Col::Bool(v), DataType::Boolean) => {
                 Arc::new(BooleanArray::from_iter(v[range].iter().copied()))
             }
@@ -197,6 +194,35 @@ impl Col {
             _ => return Err(mismatch()),
         })
     }
+}
+
+/// Rows `range` of packed strings as a (large) string array: their bytes copied at
+/// once, offsets counted from the first row's start.
+fn texts_array<O: OffsetSizeTrait>(texts: &Texts, range: Range<usize>) -> Result<ArrayRef, String> {
+    let (bytes, ends, valid) = texts.parts();
+    let too_big = || "strings too long for the offsets of this type".to_owned();
+    let start = match range.start.checked_sub(1) {
+        Some(before) => ends.get(before).copied().ok_or_else(too_big)?,
+        None => 0,
+    };
+    let rows = ends
+        .get(range.clone())
+        .ok_or_else(|| "rows out of range".to_owned())?;
+    let mut offsets = Vec::with_capacity(rows.len() + 1);
+    offsets.push(O::usize_as(0));
+    for end in rows {
+        offsets.push(O::from_usize(end - start).ok_or_else(too_big)?);
+    }
+    let stop = rows.last().copied().unwrap_or(start);
+    let values = Buffer::from(bytes.as_bytes().get(start..stop).ok_or_else(too_big)?);
+    let nulls = valid
+        .and_then(|v| v.get(range))
+        .map(|v| NullBuffer::from(v.to_vec()));
+    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+    Ok(Arc::new(
+        arrow_array::GenericStringArray::<O>::try_new(offsets, values, nulls)
+            .map_err(|e| e.to_string())?,
+    ))
 }
 
 /// Lists of strings as a (large) list array of (large) strings, its item field `child`.
@@ -322,7 +348,7 @@ impl Cols {
                 let keep: Vec<usize> = groups
                     .iter()
                     .enumerate()
-                    .filter(|(_, g)| g.as_ref().is_some_and(|g| own.contains(g)))
+                    .filter(|(_, g)| g.is_some_and(|g| own.contains(g)))
                     .map(|(i, _)| i)
                     .collect();
                 if keep.len() == groups.len() {
@@ -435,6 +461,11 @@ impl IntoCol for Vec<Option<u64>> {
         )
     }
 }
+impl IntoCol for Texts {
+    fn into_col(self) -> Col {
+        Col::Str(self)
+    }
+}
 impl IntoCol for Vec<String> {
     fn into_col(self) -> Col {
         Col::Str(self.into_iter().map(Some).collect())
@@ -442,17 +473,17 @@ impl IntoCol for Vec<String> {
 }
 impl IntoCol for Vec<Option<String>> {
     fn into_col(self) -> Col {
-        Col::Str(self)
+        Col::Str(self.into_iter().collect())
     }
 }
 impl IntoCol for Vec<&'static str> {
     fn into_col(self) -> Col {
-        Col::Str(self.into_iter().map(|s| Some(s.to_owned())).collect())
+        Col::Str(self.into_iter().map(Some).collect())
     }
 }
 impl IntoCol for Vec<Option<&'static str>> {
     fn into_col(self) -> Col {
-        Col::Str(self.into_iter().map(|s| s.map(str::to_owned)).collect())
+        Col::Str(self.into_iter().collect())
     }
 }
 impl IntoCol for Vec<bool> {

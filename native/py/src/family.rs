@@ -9,7 +9,7 @@ use arrow_schema::SchemaRef;
 use pelmodel::persist::{self, StateError};
 use pelmodel::replay::{command_name, Replayer, Unit};
 
-use crate::cols::{Cols, Kind, Val};
+use crate::cols::{Cols, Kind, Val, OUTPUT_BATCH_ROWS};
 use crate::describe::describe_row;
 use crate::history::history_cols;
 use crate::input::{Bools, Ints, StrLists, Strs};
@@ -130,6 +130,8 @@ pub struct Family {
     /// set once a call failed or `finish` ran: the replay cannot go on
     over: Option<String>,
     argv: Vec<String>,
+    /// batches drained while a big input batch was applied (see `apply_batch`)
+    early: Output,
     keep_state: bool,
     mark_seq: Option<i64>,
     state_key: (Option<i64>, Option<String>),
@@ -179,6 +181,7 @@ impl Family {
             fanout_counts: Vec::new(),
             over: None,
             argv: Vec::new(),
+            early: Vec::new(),
             keep_state: spec.keep_state,
             mark_seq: spec.mark_seq,
             state_key: spec.state_key,
@@ -200,6 +203,11 @@ impl Family {
     pub fn feed(&mut self, batch: &RecordBatch) -> Result<Output, Failure> {
         self.check_open()?;
         let result = self.apply_batch(batch).and_then(|()| self.drained());
+        let result = result.map(|rest| {
+            let mut out = std::mem::take(&mut self.early);
+            out.extend(rest);
+            out
+        });
         if let Err(e) = &result {
             self.over = Some(format!("an earlier batch failed ({})", short(e)));
         }
@@ -340,6 +348,12 @@ impl Family {
                     units.get(i),
                     silents.get(i).unwrap_or(false),
                 )?;
+                // hand the rows on in output-batch-sized pieces: the column buffers stay
+                // small and are reused, instead of growing through fresh pages
+                if self.replayer.undrained_rows() >= OUTPUT_BATCH_ROWS {
+                    let part = self.drained()?;
+                    self.early.extend(part);
+                }
             }
             Ok(())
         })();
