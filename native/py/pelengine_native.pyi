@@ -30,6 +30,15 @@ def row_digest(
 ) -> int:
     """udf.py's ``row_digest``: the 63-bit digest of one replayed row."""
 
+class Router:
+    """The router of one partition (udf.py's ``make_router``): ``route(batch)`` returns
+    the batch with ``command``, ``scope``, ``families``, ``pre_kind``, ``pre_error``,
+    ``group`` and ``group_only`` appended. ``family_of``: ``{(db, key): family}`` of the
+    keys commands tie together (any other key is its own family)."""
+
+    def __init__(self, profile: str, family_of: dict[tuple[int, str], str]) -> None: ...
+    def route(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
+
 class FamilyReplay:
     """The replay of one family of stream keys (udf.py's ``replay``). ``keep_state``: count
     and digest the rows, end with the model as a ``state`` row naming ``state_key`` (db,

@@ -683,9 +683,16 @@ fn get_or_create_consumer<'c>(
     name: &str,
     now: i64,
 ) -> &'c mut Consumer {
-    consumers
-        .entry(name.to_string())
-        .or_insert_with(|| Consumer::new(name, now))
+    // look up by &str first: no owned key for a consumer that exists
+    let at = match consumers.get_index_of(name) {
+        Some(at) => at,
+        None => {
+            consumers
+                .insert_full(name.to_string(), Consumer::new(name, now))
+                .0
+        }
+    };
+    &mut consumers[at]
 }
 
 /// The consumer `name` (created if missing) seen now: what every read and claim does

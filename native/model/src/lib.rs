@@ -28,6 +28,7 @@ pub mod ids;
 pub mod listpack;
 pub mod persist;
 pub mod replay;
+pub mod routing;
 pub mod state;
 pub mod texts;
 pub mod units;

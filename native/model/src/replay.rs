@@ -435,6 +435,11 @@ fn other_writer(name: &str) -> Option<(Handler, i64)> {
     Some((Handler::Writer(type_name), -2))
 }
 
+/// Whether `name` (upper case) is one of the other types' writers the model follows.
+pub fn is_other_writer(name: &str) -> bool {
+    other_writer(name).is_some()
+}
+
 /// Key-level commands: applied when they reach a stream, ignored otherwise (the
 /// model cannot tell a missing key from a key of another type it never saw).
 pub const KEYSPACE_COMMANDS: [&str; 6] =
@@ -597,7 +602,12 @@ impl Replayer {
             return Err(error);
         }
         let name = command_name(argv);
-        bump(self.counters.commands.entry(name.clone()).or_insert(0));
+        match self.counters.commands.get_mut(name.as_str()) {
+            Some(count) => bump(count),
+            None => {
+                self.counters.commands.insert(name.clone(), 1);
+            }
+        }
         self.last_seq = Some(seq);
         self.last_ts_ms = Some(ts_ms);
         let (now, placed) = self.place(seq, &name, ts_ms, client);

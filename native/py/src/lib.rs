@@ -4,6 +4,7 @@
 //!   state or not), Arrow
 //!   record batches in and out through the Arrow C data interface (no Python object per
 //!   event or per output row);
+//! * `Router`: the routing columns of event batches (udf.py's `make_router`);
 //! * `Replayer`: the model one event at a time, for tests (the Python `Replayer`'s face).
 //!
 //! Every entry point turns a Rust panic into a Python exception (`RuntimeError`), and
@@ -15,6 +16,7 @@ pub mod family;
 pub mod history;
 pub mod input;
 pub mod printable;
+pub mod route;
 pub mod snapshot;
 pub mod state;
 
@@ -35,8 +37,8 @@ use crate::history::history_cols;
 use crate::snapshot::snapshot_cols;
 
 /// The API this module speaks (`pelengine.engine.native.NATIVE_ABI`): 2 since
-/// `FamilyReplay` keeps state (`keep_state`, `mark_seq`, `state_key`).
-const ABI: i64 = 2;
+/// `FamilyReplay` keeps state (`keep_state`, `mark_seq`, `state_key`), 3 since `Router`.
+const ABI: i64 = 3;
 
 create_exception!(
     pelengine_native,
@@ -237,6 +239,43 @@ impl FamilyReplay {
     }
 }
 
+/// The router of one partition (udf.py's `make_router`): `route(batch)` returns the
+/// batch with `command`, `scope`, `families`, `pre_kind`, `pre_error`, `group` and
+/// `group_only` appended. `family_of`: `{(db, key): family}` of the keys that commands
+/// tie together (a key not in it is its own family).
+#[pyclass(module = "pelengine_native")]
+pub struct Router {
+    inner: Mutex<route::Route>,
+}
+
+#[pymethods]
+impl Router {
+    #[new]
+    fn new(
+        py: Python<'_>,
+        profile: String,
+        family_of: HashMap<(i64, String), String>,
+    ) -> PyResult<Router> {
+        follow_python_unicode(py)?;
+        let inner = route::Route::new(&profile, family_of).map_err(PyValueError::new_err)?;
+        Ok(Router {
+            inner: Mutex::new(inner),
+        })
+    }
+
+    fn route(
+        &mut self,
+        py: Python<'_>,
+        batch: PyArrowType<RecordBatch>,
+    ) -> PyResult<PyArrowType<RecordBatch>> {
+        let inner = exclusive(&mut self.inner);
+        let out = py
+            .detach(|| guarded(|| inner.route(&batch.0)))
+            .map_err(runtime("Router.route"))??;
+        Ok(PyArrowType(out))
+    }
+}
+
 /// udf.py's `row_digest`: the 63-bit digest of one replayed row XOR-ed into `agg_x`.
 #[pyfunction]
 #[pyo3(signature = (seq, ts_ms, argv, db, client, marker))]
@@ -433,6 +472,7 @@ fn pelengine_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StateVersionError", py.get_type::<StateVersionError>())?;
     m.add_function(wrap_pyfunction!(row_digest, m)?)?;
     m.add_class::<FamilyReplay>()?;
+    m.add_class::<Router>()?;
     m.add_class::<PyReplayer>()?;
     Ok(())
 }
