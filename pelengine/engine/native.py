@@ -21,7 +21,7 @@ from types import ModuleType
 from pelengine.settings import ENGINES
 
 # the pelengine_native API this package speaks (its ``ABI``)
-NATIVE_ABI = 2
+NATIVE_ABI = 3
 # whether the native core reads and writes the saved state of incremental runs
 NATIVE_STATE = True
 

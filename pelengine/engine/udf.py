@@ -159,13 +159,31 @@ def _describe_row(seq: int | None, ts_ms: int | None, argv: list[str] | None, db
 
 
 def make_router(
-    settings: Settings, family_of: dict[tuple[int, str], str]
+    settings: Settings, family_of: dict[tuple[int, str], str], *, engine: str = "python"
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A mapInArrow function adding ``scope``, ``families``, the consumer group the
     command names (``group``, ``group_only``: see ``command_group``) and, for rows that
-    reach no stream, the outcome a fresh model gives them (``pre_kind``/``pre_error``)."""
+    reach no stream, the outcome a fresh model gives them (``pre_kind``/``pre_error``).
+
+    ``engine``: "python" (below) or "native" (``pelengine_native.Router``: the same
+    columns computed in Rust from the Arrow batch, tests/native/test_router_equal.py)."""
 
     profile = settings.profile_name
+    family_of = dict(family_of)
+
+    def route_native(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        core = require_native()
+        router = core.Router(profile, family_of)
+        try:
+            for batch in batches:
+                yield router.route(batch)
+        except core.ReplayRowError as exc:
+            raise ReplayRowError(str(exc)) from None
+
+    if engine == "native":
+        return route_native
+    if engine != "python":
+        raise EngineError(f"unknown engine {engine!r}")
 
     def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if _in_spark_worker():

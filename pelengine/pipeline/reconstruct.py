@@ -186,7 +186,7 @@ def reconstruct(
     if renamed and states_in is not None:
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = _rename_families(states_in, renamed)
-    routed = _persist(route_events(spark, valid, options, families), persisted)
+    routed = _persist(route_events(spark, valid, options, families, engine=engine), persisted)
     if not chosen.unit_time_snapshot and (carry is not None and carry.waits or _blocks(routed)):
         # 7.0 with blocking reads: their units, for the family replays
         routed = _persist(mark_units(routed.drop(EXEC_UNIT), times=False), persisted)

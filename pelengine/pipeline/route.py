@@ -99,9 +99,10 @@ def route_events(
     valid: DataFrame,
     settings: Settings,
     families: dict[tuple[int, str], str] | None = None,
+    engine: str = "python",
 ) -> DataFrame:
     """Each event with its command name, scope, families and (when it reaches no
-    stream) the outcome it has on its own."""
+    stream) the outcome it has on its own; ``engine``: the router's (as the replay's)."""
     if families is None:
         families = family_map(spark, valid)
     out_schema = StructType(
@@ -116,7 +117,7 @@ def route_events(
             StructField("group_only", BooleanType()),
         ]
     )
-    return valid.mapInArrow(make_router(settings, families), out_schema)
+    return valid.mapInArrow(make_router(settings, families, engine=engine), out_schema)
 
 
 def _blocks(routed: DataFrame) -> bool:

@@ -219,7 +219,7 @@ def assert_same_tables(mine: dict[str, list[Row]], expected: dict[str, list[Row]
 def test_module_attributes() -> None:
     assert native.ENGINE == "native"
     assert native.__version__ == "0.1.0"
-    assert native.ABI == 2
+    assert native.ABI == 3
     assert issubclass(native.SeqOrderError, RuntimeError)
     assert issubclass(native.ReplayRowError, RuntimeError)
 
