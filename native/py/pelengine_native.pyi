@@ -39,6 +39,10 @@ class Router:
     def __init__(self, profile: str, family_of: dict[tuple[int, str], str]) -> None: ...
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
 
+def _overflow_for_test(n: int) -> int:
+    """``i64::MAX + n`` inside the core's panic guard (a test hook): ``n > 0`` raises
+    ``RuntimeError`` (an overflow panic caught), never wraps, never aborts."""
+
 class FamilyReplay:
     """The replay of one family of stream keys (udf.py's ``replay``). ``keep_state``: count
     and digest the rows, end with the model as a ``state`` row naming ``state_key`` (db,

@@ -11,6 +11,8 @@ with ``maturin develop --release`` in native/py, or ``pip install ./native/py``)
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -222,6 +224,29 @@ def test_module_attributes() -> None:
     assert native.ABI == 3
     assert issubclass(native.SeqOrderError, RuntimeError)
     assert issubclass(native.ReplayRowError, RuntimeError)
+
+
+def test_a_fault_in_the_core_is_an_exception_not_an_abort() -> None:
+    """In a child interpreter with the module as installed (a release build): an
+    overflow inside the core's guard raises RuntimeError and the interpreter goes on.
+    A build with panic=abort would kill the child (as it would a Spark worker); one
+    without overflow checks would return a wrapped, negative value."""
+    code = (
+        "import pelengine_native as n\n"
+        "try:\n"
+        "    print('returned', n._overflow_for_test(1))\n"
+        "except RuntimeError as e:\n"
+        "    print('raised', e)\n"
+        "print('after', n._overflow_for_test(0))\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert child.returncode == 0, (child.returncode, child.stderr[-2000:])
+    lines = child.stdout.splitlines()
+    assert lines[0].startswith("raised _overflow_for_test panicked:"), child.stdout
+    assert "overflow" in lines[0], child.stdout
+    assert lines[1] == f"after {2**63 - 1}", child.stdout
 
 
 @pytest.mark.parametrize("profile", PROFILES)

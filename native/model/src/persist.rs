@@ -37,7 +37,8 @@ use crate::IndexMap;
 use crate::calls::{BlockedRead, Call};
 use crate::commands::Trigger;
 use crate::ids::{format_id, to_signed, StreamId};
-use crate::replay::{py_repr, Replayer};
+use crate::replay::Replayer;
+use crate::repr::py_repr;
 use crate::state::{Consumer, Counters, DeliveryRecord, Group, Node, PelVersion, PendingEntry};
 use crate::state::{Entries, Stream, Value};
 

@@ -19,6 +19,7 @@ use crate::commands::{
     self as cmd, ClosedRecord, Fail, Keys, Model, Recorder, Trigger, Waits, LOAD_COMMAND,
 };
 use crate::history::HistoryTables;
+use crate::repr::py_repr;
 use crate::state::{Counters, Stream, Value};
 use crate::units::{LUA_CLIENT, SCRIPT_CALLS};
 
@@ -278,52 +279,6 @@ fn match_version(text: &str) -> Option<VersionMatch> {
 /// Python's `str.strip()`: Unicode whitespace, and the separators \x1c-\x1f.
 fn py_strip(text: &str) -> &str {
     text.trim_matches(|c: char| c.is_whitespace() || ('\x1c'..='\x1f').contains(&c))
-}
-
-/// Whether Python's `str.isprintable` refuses `c` (categories Cc, Cf, Zs but the space,
-/// Zl, Zp, Co; unassigned code points are not known here).
-fn py_unprintable(c: char) -> bool {
-    let code = c as u32;
-    matches!(code,
-        0..=0x1f | 0x7f..=0xa0 | 0xad | 0x600..=0x605 | 0x61c | 0x6dd | 0x70f | 0x890..=0x891
-        | 0x8e2 | 0x1680 | 0x180e | 0x2000..=0x200f | 0x2028..=0x202f | 0x205f..=0x2064
-        | 0x2066..=0x206f | 0x3000 | 0xd800..=0xf8ff | 0xfeff | 0xfff9..=0xfffb
-        | 0x110bd | 0x110cd | 0x13430..=0x1343f | 0x1bca0..=0x1bca3 | 0x1d173..=0x1d17a
-        | 0xe0001 | 0xe0020..=0xe007f | 0xf0000..)
-}
-
-/// Python's `repr()` of a string, near enough for a message.
-pub(crate) fn py_repr(text: &str) -> String {
-    let quote = if text.contains('\'') && !text.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::new();
-    out.push(quote);
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if py_unprintable(c) => {
-                let code = c as u32;
-                out.push_str(&match code {
-                    0..=0xff => format!("\\x{code:02x}"),
-                    0x100..=0xffff => format!("\\u{code:04x}"),
-                    _ => format!("\\U{code:08x}"),
-                });
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
 }
 
 /// The profile for a profile name ("7.0", "7.4", "valkey-8.1") or a server version as

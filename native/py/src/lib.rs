@@ -15,7 +15,6 @@ pub mod describe;
 pub mod family;
 pub mod history;
 pub mod input;
-pub mod printable;
 pub mod route;
 pub mod snapshot;
 pub mod state;
@@ -97,7 +96,7 @@ fn follow_python_unicode(py: Python<'_>) -> PyResult<()> {
         .import("unicodedata")?
         .getattr("unidata_version")?
         .extract()?;
-    if version != printable::UNICODE_VERSION {
+    if version != pelmodel::printable::UNICODE_VERSION {
         let code = cr"
 ranges = []
 for c in range(0x110000):
@@ -274,6 +273,16 @@ impl Router {
             .map_err(runtime("Router.route"))??;
         Ok(PyArrowType(out))
     }
+}
+
+/// `i64::MAX + n` computed inside the guard every entry point uses: for the test that a
+/// fault in the core reaches Python as an exception and the interpreter goes on (release
+/// builds unwind and check overflows, native/Cargo.toml). `n > 0` overflows: a panic,
+/// raised as `RuntimeError`; a build that wrapped instead would return a negative.
+#[pyfunction]
+fn _overflow_for_test(n: i64) -> PyResult<i64> {
+    let base = std::hint::black_box(i64::MAX);
+    guarded(|| base + std::hint::black_box(n)).map_err(runtime("_overflow_for_test"))
 }
 
 /// udf.py's `row_digest`: the 63-bit digest of one replayed row XOR-ed into `agg_x`.
@@ -471,6 +480,7 @@ fn pelengine_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StateError", py.get_type::<StateError>())?;
     m.add("StateVersionError", py.get_type::<StateVersionError>())?;
     m.add_function(wrap_pyfunction!(row_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(_overflow_for_test, m)?)?;
     m.add_class::<FamilyReplay>()?;
     m.add_class::<Router>()?;
     m.add_class::<PyReplayer>()?;
