@@ -6,7 +6,6 @@ the pure helpers that decide what it measures, without Spark or Redis.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +13,13 @@ from types import ModuleType
 
 import pytest
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pelengine_bench_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench.py", "pelengine_bench_script")
 
 
 def test_help_runs() -> None:

@@ -8,7 +8,6 @@ against the same tables read here with the DataFrame API.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -21,6 +20,8 @@ import psutil
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "explore_run.ipynb"
@@ -49,11 +50,7 @@ print({PROBE_MARK!r} + json.dumps({{
 
 
 def _runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("notebook_execute", ROOT / "notebooks/execute.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("notebooks/execute.py", "notebook_execute")
 
 
 def _tags(cell: Any) -> list[str]:

@@ -20,13 +20,11 @@ No Spark; never skipped (fails without a built ``pelengine_native``).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import sys
 from collections.abc import Iterator
 from functools import cache
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -38,8 +36,8 @@ from pelengine.engine import udf
 from pelengine.model import persist
 from pelengine.schemas import SAVED_STATE_TYPE
 from pelengine.settings import Settings
+from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "replay_udf.py"
 AS_OF_MS = 1_800_000_000_000
 AS_OF_SEQ = 10**12
 ENGINES = ("python", "native")
@@ -52,11 +50,7 @@ STATE_TABLES = ("pel", "ownership", "groups", "streams")
 
 @cache
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pelengine_replay_udf_state", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/replay_udf.py", "pelengine_replay_udf_state")
 
 
 @cache

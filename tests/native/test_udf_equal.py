@@ -10,22 +10,16 @@ unpacked rows of every table (history, state, outcome, stats) must be equal.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "replay_udf.py"
+from tests.scripts import load_script
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pelengine_replay_udf_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/replay_udf.py", "pelengine_replay_udf_script")
 
 
 def _tables(bench: ModuleType, out: list) -> dict[str, list[str]]:

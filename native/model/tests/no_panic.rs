@@ -32,11 +32,7 @@ fn run(
             _ => ts.saturating_add(rng.below(50) as i64),
         };
         let client = clients[rng.below(clients.len())];
-        let unit = match rng.below(10) {
-            0 => Unit::Known(None),
-            1 => Unit::Known(Some(rng.below(3) as i64)),
-            _ => Unit::Follow,
-        };
+        let unit = common::unit(&mut rng);
         match rng.below(30) {
             0 => r.client_activity(ts, client, unit),
             1 => {

@@ -45,11 +45,7 @@ fn steps(seed: u64, n: i64) -> Vec<Step> {
             _ => ts.saturating_add(rng.below(50) as i64),
         };
         let client = clients[rng.below(clients.len())];
-        let unit = match rng.below(10) {
-            0 => Unit::Known(None),
-            1 => Unit::Known(Some(rng.below(3) as i64)),
-            _ => Unit::Follow,
-        };
+        let unit = common::unit(&mut rng);
         out.push(match rng.below(40) {
             0 => Step::Activity { ts, client, unit },
             // a reader that blocks and stays blocked until served (its client never

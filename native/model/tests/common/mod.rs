@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+use pelmodel::Unit;
+
 /// xorshift64*: small and deterministic.
 pub struct Rng(pub u64);
 
@@ -187,6 +189,16 @@ pub const NUMBERS: &[&str] = &[
 
 pub const KEYS: &[&str] = &["a", "b", "c", "é", ""];
 pub const NAMES: &[&str] = &["g", "h", "c1", "c2", "", "ü"];
+
+/// The execution unit a row is given: mostly none (follow the log), sometimes none
+/// said outright, sometimes one of three.
+pub fn unit(rng: &mut Rng) -> Unit {
+    match rng.below(10) {
+        0 => Unit::Known(None),
+        1 => Unit::Known(Some(rng.below(3) as i64)),
+        _ => Unit::Follow,
+    }
+}
 
 pub fn token(rng: &mut Rng) -> String {
     match rng.below(10) {
