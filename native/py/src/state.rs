@@ -413,6 +413,25 @@ impl<'a> SavedColumn<'a> {
 
 const NULL: Datum = Datum::Null;
 
+/// `values` as an array of one primitive type: `pick` reads a value of that type (None:
+/// a value of another type, refused with `wrong`); nulls stay null.
+fn primitive<A, T>(
+    values: &[&Datum],
+    wrong: &dyn Fn(&Datum) -> String,
+    pick: impl Fn(&Datum) -> Option<Result<T, String>>,
+) -> Result<A, String>
+where
+    A: FromIterator<Option<T>>,
+{
+    values
+        .iter()
+        .map(|v| match v {
+            Datum::Null => Ok(None),
+            other => pick(other).unwrap_or_else(|| Err(wrong(other))).map(Some),
+        })
+        .collect()
+}
+
 /// An Arrow array of `dtype` holding `values` (ints, bools, strings, lists of those).
 fn build(dtype: &DataType, values: &[&Datum]) -> Result<ArrayRef, String> {
     let wrong = |v: &Datum| format!("{} cannot be an Arrow {dtype}", v.py_repr());
@@ -444,36 +463,18 @@ fn build(dtype: &DataType, values: &[&Datum]) -> Result<ArrayRef, String> {
             .map_err(|e| e.to_string())
     }
     Ok(match dtype {
-        DataType::Int64 => Arc::new(
-            values
-                .iter()
-                .map(|v| match v {
-                    Datum::Int(x) => Ok(Some(*x)),
-                    Datum::Null => Ok(None),
-                    other => Err(wrong(other)),
-                })
-                .collect::<Result<Int64Array, String>>()?,
-        ),
-        DataType::Int32 => Arc::new(
-            values
-                .iter()
-                .map(|v| match v {
-                    Datum::Int(x) => i32::try_from(*x).map(Some).map_err(|_| wrong(v)),
-                    Datum::Null => Ok(None),
-                    other => Err(wrong(other)),
-                })
-                .collect::<Result<Int32Array, String>>()?,
-        ),
-        DataType::Boolean => Arc::new(
-            values
-                .iter()
-                .map(|v| match v {
-                    Datum::Bool(x) => Ok(Some(*x)),
-                    Datum::Null => Ok(None),
-                    other => Err(wrong(other)),
-                })
-                .collect::<Result<BooleanArray, String>>()?,
-        ),
+        DataType::Int64 => Arc::new(primitive::<Int64Array, _>(values, &wrong, |v| match v {
+            Datum::Int(x) => Some(Ok(*x)),
+            _ => None,
+        })?),
+        DataType::Int32 => Arc::new(primitive::<Int32Array, _>(values, &wrong, |v| match v {
+            Datum::Int(x) => Some(i32::try_from(*x).map_err(|_| wrong(v))),
+            _ => None,
+        })?),
+        DataType::Boolean => Arc::new(primitive::<BooleanArray, _>(values, &wrong, |v| match v {
+            Datum::Bool(x) => Some(Ok(*x)),
+            _ => None,
+        })?),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
             let strs = values
                 .iter()
