@@ -534,3 +534,79 @@ def test_a_row_without_seq_is_refused() -> None:
     bad = batch.set_column(i, "seq", pa.array([1, None, 3], pa.int64()))
     with pytest.raises(ValueError, match="has no seq"):
         list(native_outputs(Settings(profile="7.4"), [bad]))
+
+
+def _with_argv_values(batch: pa.RecordBatch, offsets: list[int], data: bytes) -> pa.RecordBatch:
+    """``batch`` with its argv strings replaced, unchecked, by ``data`` cut at
+    ``offsets`` (one list per row, as before): pyarrow builds it without validating."""
+    argv = batch.column("argv")
+    strings = pa.Array.from_buffers(
+        pa.string(),
+        len(offsets) - 1,
+        [None, pa.py_buffer(pa.array(offsets, pa.int32()).buffers()[1]), pa.py_buffer(data)],
+    )
+    lists = pa.ListArray.from_arrays(argv.offsets, strings)
+    return batch.set_column(batch.schema.get_field_index("argv"), "argv", lists)
+
+
+def _argv_bytes(batch: pa.RecordBatch) -> tuple[list[int], bytearray]:
+    values = batch.column("argv").flatten().to_pylist()
+    offsets, data = [0], bytearray()
+    for v in values:
+        data += v.encode()
+        offsets.append(len(data))
+    return offsets, data
+
+
+def test_invalid_input_arrays_are_errors_not_reads() -> None:
+    """The input is checked as Arrow's ``validate_full`` checks it before anything
+    reads it: invalid UTF-8, a character cut by an offset or offsets that fall are a
+    ValueError naming the column; the same bytes intact replay as the original batch.
+    (Offsets beyond the data pyarrow itself refuses to build.)"""
+    settings = Settings(profile="7.4")
+    batch = batches_of(hand_rows()[:5])[0]
+    offsets, data = _argv_bytes(batch)
+    same = _with_argv_values(batch, offsets, bytes(data))
+    assert_same_tables(native_replay(settings, [same]), native_replay(settings, [batch]))
+    broken = bytearray(data)
+    broken[offsets[1]] = 0xFF  # the first byte of the second string
+    with pytest.raises(ValueError, match="argv"):
+        list(native_outputs(settings, [_with_argv_values(batch, offsets, bytes(broken))]))
+    # a two-byte character cut between two strings
+    cut = bytearray(data)
+    cut[offsets[1] - 1 : offsets[1] + 1] = "é".encode()
+    with pytest.raises(ValueError, match="argv"):
+        list(native_outputs(settings, [_with_argv_values(batch, offsets, bytes(cut))]))
+    falling = list(offsets)
+    falling[2], falling[3] = falling[3], falling[2]
+    with pytest.raises(ValueError, match="argv"):
+        list(native_outputs(settings, [_with_argv_values(batch, falling, bytes(data))]))
+
+
+def test_invalid_bytes_under_a_null_are_refused_as_arrow_refuses_them() -> None:
+    """arrow-rs's full check reads the bytes of null slots too (pyarrow's does not), and
+    the core keeps its verdict: such a column was refused before the tight check, and
+    still is."""
+    settings = Settings(profile="7.4")
+    batch = batches_of(hand_rows()[:3])[0]
+    client = pa.Array.from_buffers(
+        pa.string(),
+        3,
+        [
+            pa.py_buffer(bytes([0b101])),  # rows 0 and 2 valid, row 1 null
+            pa.py_buffer(pa.array([0, 1, 3, 4], pa.int32()).buffers()[1]),
+            pa.py_buffer(b"a\xff\xfeb"),
+        ],
+    )
+    odd = batch.set_column(batch.schema.get_field_index("client"), "client", client)
+    with pytest.raises(ValueError, match="client"):
+        list(native_outputs(settings, [odd]))
+
+
+def test_a_sliced_batch_reads_its_own_rows() -> None:
+    """Offsets of a slice start past zero: the check and the reads follow them."""
+    settings = Settings(profile="7.4")
+    rows = hand_rows()
+    whole = batches_of(rows, size=len(rows))[0]
+    parts = [whole.slice(0, 7), whole.slice(7, 6), whole.slice(13)]
+    assert_same_tables(native_replay(settings, parts), native_replay(settings, [whole]))

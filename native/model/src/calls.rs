@@ -29,7 +29,7 @@ pub struct Profile {
 ///
 /// `touched_stream` and `result` are cells: a handler sets them through a shared
 /// reference while it reads `argv`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Call {
     pub seq: i64,
     pub now: i64,
@@ -66,6 +66,43 @@ impl Call {
             touched_stream: Cell::new(false),
             request_seq,
         }
+    }
+}
+
+impl Call {
+    /// This call made over as `Call::new(seq, now, db, client, argv, command, None)`,
+    /// reusing its buffers (the replayer's spare calls).
+    pub fn refill(
+        &mut self,
+        seq: i64,
+        now: i64,
+        db: i64,
+        client: Option<&str>,
+        argv: &[String],
+        command: &str,
+    ) {
+        self.seq = seq;
+        self.now = now;
+        self.db = db;
+        match (client, &mut self.client) {
+            (Some(text), Some(kept)) => {
+                kept.clear();
+                kept.push_str(text);
+            }
+            (client, kept) => *kept = client.map(str::to_owned),
+        }
+        self.argv.truncate(argv.len());
+        for (kept, arg) in self.argv.iter_mut().zip(argv) {
+            kept.clear();
+            kept.push_str(arg);
+        }
+        let have = self.argv.len();
+        self.argv.extend(argv[have..].iter().cloned());
+        self.command.clear();
+        self.command.push_str(command);
+        self.result.set(None);
+        self.touched_stream.set(false);
+        self.request_seq = None;
     }
 }
 

@@ -405,8 +405,28 @@ pub const NEWER_STREAM_COMMANDS: [&str; 3] = ["XACKDEL", "XDELEX", "XNACK"];
 
 /// The upper-cased command name of an argv (Python's `str.upper()`, Unicode-aware).
 pub fn command_name(argv: &[String]) -> String {
-    argv.first().map(|a| a.to_uppercase()).unwrap_or_default()
+    let mut name = String::new();
+    fill_command_name(argv, &mut name);
+    name
 }
+
+/// `command_name` into `name` (its buffer reused): ASCII, the usual case, upper-cases
+/// in place; anything else as `str::to_uppercase`.
+pub fn fill_command_name(argv: &[String], name: &mut String) {
+    name.clear();
+    let Some(first) = argv.first() else {
+        return;
+    };
+    if first.is_ascii() {
+        name.push_str(first);
+        name.make_ascii_uppercase();
+    } else {
+        name.push_str(&first.to_uppercase());
+    }
+}
+
+/// How many forgotten calls a replayer keeps for their buffers.
+const SPARE_CALLS: usize = 8;
 
 /// A counter's `+= 1` (Python's ints do not overflow; a saved model may hold any
 /// count: it stops at i64::MAX).
@@ -468,6 +488,11 @@ pub struct Replayer {
     /// an internal error of `client_activity` (which returns nothing), reported by the
     /// next `apply` or `settle`
     pub(crate) deferred_error: Option<String>,
+    /// calls the log forgot, kept for their buffers: the next commands' `Call`s refill
+    /// them instead of allocating every argument afresh (no state: never saved)
+    spare_calls: Vec<crate::calls::Call>,
+    /// the buffer `apply` upper-cases command names into
+    name_buf: String,
 }
 
 impl Replayer {
@@ -503,6 +528,8 @@ impl Replayer {
             call: None,
             call_log: Vec::new(),
             deferred_error: None,
+            spare_calls: Vec::new(),
+            name_buf: String::new(),
         })
     }
 
@@ -556,16 +583,33 @@ impl Replayer {
         if let Some(error) = self.deferred_error.take() {
             return Err(error);
         }
-        let name = command_name(argv);
-        match self.counters.commands.get_mut(name.as_str()) {
+        let mut name = std::mem::take(&mut self.name_buf);
+        fill_command_name(argv, &mut name);
+        let outcome = self.apply_named(&name, seq, ts_ms, argv, db, client, unit);
+        self.name_buf = name;
+        outcome
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn apply_named(
+        &mut self,
+        name: &str,
+        seq: i64,
+        ts_ms: i64,
+        argv: &[String],
+        db: Option<i64>,
+        client: Option<&str>,
+        unit: Unit,
+    ) -> Result<Outcome, String> {
+        match self.counters.commands.get_mut(name) {
             Some(count) => bump(count),
             None => {
-                self.counters.commands.insert(name.clone(), 1);
+                self.counters.commands.insert(name.to_owned(), 1);
             }
         }
         self.last_seq = Some(seq);
         self.last_ts_ms = Some(ts_ms);
-        let (now, placed) = self.place(seq, &name, ts_ms, client);
+        let (now, placed) = self.place(seq, name, ts_ms, client);
         self.enter(match unit {
             Unit::Follow => placed,
             Unit::Known(unit) => unit,
@@ -574,13 +618,13 @@ impl Replayer {
         if !self.blocked.is_empty() {
             self.end_waits(ts_ms, client);
         }
-        let mut entry = stream_command(&name);
+        let mut entry = stream_command(name);
         let is_stream = entry.is_some();
         if entry.is_none() {
-            entry = other_writer(&name);
+            entry = other_writer(name);
         }
         let Some((handler, arity)) = entry else {
-            if NEWER_STREAM_COMMANDS.contains(&name.as_str()) {
+            if NEWER_STREAM_COMMANDS.contains(&name) {
                 return Ok(self.fail("unknown_command"));
             }
             bump(&mut self.counters.ignored);
@@ -594,15 +638,8 @@ impl Replayer {
             }
             return Ok(self.fail("wrong_arity"));
         }
-        let call = crate::calls::Call::new(
-            seq,
-            now,
-            db.unwrap_or(0),
-            client.map(str::to_string),
-            argv.to_vec(),
-            &name,
-            None,
-        );
+        let mut call = self.spare_calls.pop().unwrap_or_default();
+        call.refill(seq, now, db.unwrap_or(0), client, argv, name);
         let trigger = Trigger::fresh(seq, now);
         self.call = Some(trigger);
         // inside a unit, keys signalled by its earlier commands stay signalled
@@ -625,7 +662,7 @@ impl Replayer {
                 }
             })
         };
-        let keyspace = KEYSPACE_COMMANDS.contains(&name.as_str());
+        let keyspace = KEYSPACE_COMMANDS.contains(&name);
         let touched = call.touched_stream.get();
         self.remember(trigger.id, call);
         match result {
@@ -660,16 +697,30 @@ impl Replayer {
         if self.call_log.len() <= 1 && self.ready.is_empty() {
             return;
         }
+        let current = self.call.map(|t| t.id);
         if self.ready.is_empty() {
             // the common case: only the current call is referred to
-            let current = self.call.map(|t| t.id);
-            self.call_log.retain(|(id, _)| Some(*id) == current);
+            let forgotten = self.call_log.extract_if(.., |(id, _)| Some(*id) != current);
+            Self::keep_spares(&mut self.spare_calls, forgotten);
             return;
         }
         let mut kept: std::collections::HashSet<u64> =
             self.ready.values().flatten().map(|t| t.id).collect();
-        kept.extend(self.call.map(|t| t.id));
-        self.call_log.retain(|(id, _)| kept.contains(id));
+        kept.extend(current);
+        let forgotten = self.call_log.extract_if(.., |(id, _)| !kept.contains(id));
+        Self::keep_spares(&mut self.spare_calls, forgotten);
+    }
+
+    /// Keep a few forgotten calls for their buffers.
+    fn keep_spares(
+        spares: &mut Vec<crate::calls::Call>,
+        forgotten: impl Iterator<Item = (u64, crate::calls::Call)>,
+    ) {
+        for (_, call) in forgotten {
+            if spares.len() < SPARE_CALLS {
+                spares.push(call);
+            }
+        }
     }
 
     /// The "now" of a command and the execution unit it belongs to (None: none).

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
-use arrow_pyarrow::{PyArrowType, ToPyArrow};
+use arrow_pyarrow::{FromPyArrowUnchecked, PyArrowType, ToPyArrow};
 use arrow_schema::Schema;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -219,11 +219,19 @@ impl FamilyReplay {
     fn feed<'py>(
         &mut self,
         py: Python<'py>,
-        batch: PyArrowType<RecordBatch>,
+        batch: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
+        // SAFETY: nothing reads the batch before `check_batch` has found every column
+        // valid (Arrow's `validate_full` checks, see input.rs); an invalid one is an error.
+        let batch = unsafe { RecordBatch::from_pyarrow_bound_unchecked(batch) }?;
         let inner = exclusive(&mut self.inner);
         let out = py
-            .detach(|| guarded(|| inner.feed(&batch.0)))
+            .detach(|| {
+                guarded(|| {
+                    crate::input::check_batch(&batch).map_err(Failure::Value)?;
+                    inner.feed(&batch)
+                })
+            })
             .map_err(runtime("FamilyReplay.feed"))??;
         output_list(py, out)
     }
