@@ -5,6 +5,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CONF   ?= conf/local.yaml
+# pytest workers for `make test` (pytest-xdist; 0: one process). Each worker starts its
+# own Spark session and servers; most tests wait on a JVM or a server, so two workers
+# on two cores take ~2/3 of the time one does.
+TEST_WORKERS ?= 2
 DEMO   ?= demo
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 WHEEL  := dist/pelengine-$(VERSION)-py3-none-any.whl
@@ -50,7 +54,7 @@ DEVELOP_NATIVE := VIRTUAL_ENV=$(abspath $(VENV)) $(MATURIN) develop --release --
 help: ## list the targets
 	@echo "pelengine - make targets:"
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "variables: PYTHON=$(PYTHON) CONF=$(CONF) DEMO=$(DEMO) PYTEST_ARGS=... BENCH_ARGS=..."
+	@echo "variables: PYTHON=$(PYTHON) CONF=$(CONF) DEMO=$(DEMO) PYTEST_ARGS=... TEST_WORKERS=$(TEST_WORKERS) BENCH_ARGS=..."
 	@echo "           PELENGINE_NATIVE=0 (do not build the native engine) PELENGINE_REQUIRE_NATIVE=1 (fail when it is not built)"
 	@echo "           NATIVE_COMPAT=$(NATIVE_COMPAT) MATURIN_ARGS=... (make dist's native wheel)"
 	@echo "cargo: $(or $(CARGO),not found: the native engine is not built)"
@@ -85,8 +89,8 @@ notebook: install ## run notebooks/explore_run.ipynb on the demo output (after `
 	$(BIN)/python notebooks/execute.py notebooks/explore_run.ipynb build/notebooks/explore_run.ipynb \
 	    -p OUT_ROOT=$(DEMO)/out -p EVENTS_PATH=$(DEMO)/events -p "CONF_FILES=['$(CONF)']"
 
-test: install ## run the test suite (PYTEST_ARGS="-k ..." to narrow)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: install ## run the test suite on TEST_WORKERS workers (PYTEST_ARGS="-k ..." to narrow)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-native: $(STAMP) ## cargo test on the native workspace (native/: the Rust model and its Python face)
 	@test -n "$(CARGO)" || { echo "make: cargo not found (not on PATH, not in ~/.cargo/bin): cannot test native/; install Rust (https://rustup.rs)" >&2; exit 1; }

@@ -322,8 +322,18 @@ def start_server(
                 with raw_client("127.0.0.1", port, socket_timeout=1) as c:
                     if c.execute_command("PING") == "PONG":
                         info = _info_fields(
-                            c.execute_command("INFO", "server"), "redis_version", "valkey_version"
+                            c.execute_command("INFO", "server"),
+                            "redis_version",
+                            "valkey_version",
+                            "process_id",
                         )
+                        if info.get("process_id") != str(process.pid):
+                            # another server (another test worker's) took the port first:
+                            # this one cannot bind it and exits; try another port
+                            last_error = RuntimeError(
+                                f"port {port} answered from process {info.get('process_id')}"
+                            )
+                            break
                         server = RedisServer(
                             host="127.0.0.1",
                             port=port,
