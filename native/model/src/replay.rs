@@ -585,105 +585,95 @@ impl Replayer {
         }
         let mut name = std::mem::take(&mut self.name_buf);
         fill_command_name(argv, &mut name);
-        let outcome = self.apply_named(&name, seq, ts_ms, argv, db, client, unit);
-        self.name_buf = name;
-        outcome
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn apply_named(
-        &mut self,
-        name: &str,
-        seq: i64,
-        ts_ms: i64,
-        argv: &[String],
-        db: Option<i64>,
-        client: Option<&str>,
-        unit: Unit,
-    ) -> Result<Outcome, String> {
-        match self.counters.commands.get_mut(name) {
-            Some(count) => bump(count),
-            None => {
-                self.counters.commands.insert(name.to_owned(), 1);
+        // the body returns through this closure, so that the name's buffer always goes back
+        let outcome = (|| -> Result<Outcome, String> {
+            let name = name.as_str();
+            match self.counters.commands.get_mut(name) {
+                Some(count) => bump(count),
+                None => {
+                    self.counters.commands.insert(name.to_owned(), 1);
+                }
             }
-        }
-        self.last_seq = Some(seq);
-        self.last_ts_ms = Some(ts_ms);
-        let (now, placed) = self.place(seq, name, ts_ms, client);
-        self.enter(match unit {
-            Unit::Follow => placed,
-            Unit::Known(unit) => unit,
-        })
-        .map_err(fail_message)?;
-        if !self.blocked.is_empty() {
-            self.end_waits(ts_ms, client);
-        }
-        let mut entry = stream_command(name);
-        let is_stream = entry.is_some();
-        if entry.is_none() {
-            entry = other_writer(name);
-        }
-        let Some((handler, arity)) = entry else {
-            if NEWER_STREAM_COMMANDS.contains(&name) {
-                return Ok(self.fail("unknown_command"));
+            self.last_seq = Some(seq);
+            self.last_ts_ms = Some(ts_ms);
+            let (now, placed) = self.place(seq, name, ts_ms, client);
+            self.enter(match unit {
+                Unit::Follow => placed,
+                Unit::Known(unit) => unit,
+            })
+            .map_err(fail_message)?;
+            if !self.blocked.is_empty() {
+                self.end_waits(ts_ms, client);
             }
-            bump(&mut self.counters.ignored);
-            return Ok(Outcome::ignored());
-        };
-        let argc = argv.len() as i64;
-        if (arity > 0 && argc != arity) || (arity < 0 && argc < -arity) {
-            if !is_stream {
+            let mut entry = stream_command(name);
+            let is_stream = entry.is_some();
+            if entry.is_none() {
+                entry = other_writer(name);
+            }
+            let Some((handler, arity)) = entry else {
+                if NEWER_STREAM_COMMANDS.contains(&name) {
+                    return Ok(self.fail("unknown_command"));
+                }
                 bump(&mut self.counters.ignored);
                 return Ok(Outcome::ignored());
-            }
-            return Ok(self.fail("wrong_arity"));
-        }
-        let mut call = self.spare_calls.pop().unwrap_or_default();
-        call.refill(seq, now, db.unwrap_or(0), client, argv, name);
-        let trigger = Trigger::fresh(seq, now);
-        self.call = Some(trigger);
-        // inside a unit, keys signalled by its earlier commands stay signalled
-        let before = if self.unit.is_some() && !self.ready.is_empty() {
-            self.ready.clone()
-        } else {
-            IndexMap::default()
-        };
-        let result = {
-            let mut m = self.model();
-            let done = match handler {
-                Handler::Plain(run) => run(&mut m, &call),
-                Handler::Writer(type_name) => cmd::type_writer(&mut m, &call, type_name),
             };
-            done.and_then(|()| {
-                if !m.waits.ready.is_empty() && m.waits.unit.is_none() {
-                    cmd::serve_ready(&mut m)
-                } else {
-                    Ok(())
-                }
-            })
-        };
-        let keyspace = KEYSPACE_COMMANDS.contains(&name);
-        let touched = call.touched_stream.get();
-        self.remember(trigger.id, call);
-        match result {
-            Err(Fail::Internal(message)) => Err(message),
-            Err(Fail::Command(kind)) => {
-                self.ready = before;
-                if !is_stream || (keyspace && kind == "no_such_key") {
+            let argc = argv.len() as i64;
+            if (arity > 0 && argc != arity) || (arity < 0 && argc < -arity) {
+                if !is_stream {
                     bump(&mut self.counters.ignored);
                     return Ok(Outcome::ignored());
                 }
-                Ok(self.fail(kind))
+                return Ok(self.fail("wrong_arity"));
             }
-            Ok(()) => {
-                if is_stream && (!keyspace || touched) {
-                    bump(&mut self.counters.applied);
-                    return Ok(Outcome::applied());
+            let mut call = self.spare_calls.pop().unwrap_or_default();
+            call.refill(seq, now, db.unwrap_or(0), client, argv, name);
+            let trigger = Trigger::fresh(seq, now);
+            self.call = Some(trigger);
+            // inside a unit, keys signalled by its earlier commands stay signalled
+            let before = if self.unit.is_some() && !self.ready.is_empty() {
+                self.ready.clone()
+            } else {
+                IndexMap::default()
+            };
+            let result = {
+                let mut m = self.model();
+                let done = match handler {
+                    Handler::Plain(run) => run(&mut m, &call),
+                    Handler::Writer(type_name) => cmd::type_writer(&mut m, &call, type_name),
+                };
+                done.and_then(|()| {
+                    if !m.waits.ready.is_empty() && m.waits.unit.is_none() {
+                        cmd::serve_ready(&mut m)
+                    } else {
+                        Ok(())
+                    }
+                })
+            };
+            let keyspace = KEYSPACE_COMMANDS.contains(&name);
+            let touched = call.touched_stream.get();
+            self.remember(trigger.id, call);
+            match result {
+                Err(Fail::Internal(message)) => Err(message),
+                Err(Fail::Command(kind)) => {
+                    self.ready = before;
+                    if !is_stream || (keyspace && kind == "no_such_key") {
+                        bump(&mut self.counters.ignored);
+                        return Ok(Outcome::ignored());
+                    }
+                    Ok(self.fail(kind))
                 }
-                bump(&mut self.counters.ignored);
-                Ok(Outcome::ignored())
+                Ok(()) => {
+                    if is_stream && (!keyspace || touched) {
+                        bump(&mut self.counters.applied);
+                        return Ok(Outcome::applied());
+                    }
+                    bump(&mut self.counters.ignored);
+                    Ok(Outcome::ignored())
+                }
             }
-        }
+        })();
+        self.name_buf = name;
+        outcome
     }
 
     /// Keep the call a trigger names (as the command left it), and only the calls
