@@ -162,6 +162,122 @@ def digest(events: DataFrame, upto_seq: int | None) -> tuple[int, int, int, int 
     return int(row["n"]), int(row["x"] or 0), int(row["null"]), row["top"]
 
 
+@dataclass
+class NewRows:
+    """What the events table gained since the state: ``rows`` (None when history before
+    the state changed, so every family is replayed from the full history, for ``why``),
+    their ``check`` (rows with a seq, their XOR digest, rows without one, largest seq)
+    and, for the report, how they were found (``read``)."""
+
+    rows: DataFrame | None
+    check: tuple[int, int, int, int | None] | None
+    why: str
+    read: dict[str, Any]
+
+
+def _new_rows(
+    spark: SparkSession,
+    ref: storage.TableRef,
+    saved: SavedRun,
+    version: int,
+    progress: Progress,
+) -> NewRows:
+    """The rows the events table gained from the state's version to ``version``.
+
+    From the Delta log when it can tell (:func:`storage.table_changes`): only the data
+    files added since are read; files the newer versions removed (a DELETE, UPDATE, MERGE,
+    OPTIMIZE or overwrite rewrote them) are read too, and a row in a removed file but in
+    no added one is gone, a row in an added file but in no removed one is new. History
+    changed when a row is gone or a new row is late (``seq <= high_seq``). Otherwise
+    (log or files past retention, deletion vectors) every row up to ``high_seq`` is
+    checked against the state's count and digest, as before the log was read."""
+    changes = storage.table_changes(spark, ref, saved.events_version, version)
+    if changes is not None:
+        try:
+            return _new_rows_from_log(spark, ref, saved, changes, progress)
+        except Exception as exc:  # removed files vacuumed, a file the log names is gone
+            progress(f"the Delta log's files could not be read ({exc}); checking every row")
+    high = saved.high_seq
+    progress(
+        f"checking the {saved.rows_upto_high:,} rows up to seq {high} against the state "
+        f"(the Delta log from version {saved.events_version} cannot tell what changed)"
+    )
+    events = conform_events(storage.read_table(spark, ref, version))
+    n, x, null, _ = digest(events, high)
+    read: dict[str, Any] = {"from": "every row (digest)", "rows_checked": n}
+    if (n, x, null) != (saved.rows_upto_high, saved.digest_upto_high, saved.rows_null_seq):
+        return NewRows(
+            None,
+            None,
+            f"rows up to seq {high} changed ({saved.rows_upto_high:,} -> {n:,} rows, "
+            f"null seq {saved.rows_null_seq} -> {null})",
+            read,
+        )
+    rows = events.filter(F.col("seq") > high) if high is not None else events
+    n_new, x_new, _, top = digest(rows, None)
+    return NewRows(rows, (n_new, x_new, 0, top), "", read)
+
+
+def _new_rows_from_log(
+    spark: SparkSession,
+    ref: storage.TableRef,
+    saved: SavedRun,
+    changes: storage.TableChanges,
+    progress: Progress,
+) -> NewRows:
+    versions = f"{changes.since + 1}..{changes.until}"
+    if changes.change_feed:
+        progress(f"events versions {versions}: reading the change data feed")
+        inserted, deleted = storage.read_change_feed(spark, ref, changes)
+        rewritten = True
+    else:
+        progress(
+            f"events versions {versions}: {len(changes.added)} data file(s) added, "
+            f"{len(changes.removed)} removed (from the Delta log)"
+        )
+        inserted = storage.read_table_files(spark, ref, changes.until, changes.added)
+        deleted = storage.read_table_files(spark, ref, changes.since, changes.removed)
+        rewritten = bool(changes.removed)
+    inserted, deleted = conform_events(inserted), conform_events(deleted)
+    gone = 0
+    if rewritten:  # a row in a removed file and in an added one was moved, not changed
+        new = inserted.exceptAll(deleted)
+        gone = deleted.exceptAll(inserted).count()
+    else:
+        new = inserted
+    high = saved.high_seq
+    late = F.col("seq") <= high if high is not None else F.lit(False)
+    row = new.agg(
+        F.count("seq").alias("n"),
+        F.bit_xor(F.when(F.col("seq").isNotNull(), _row_digest())).alias("x"),
+        F.count(F.when(F.col("seq").isNull(), 1)).alias("null"),
+        F.max("seq").alias("top"),
+        F.count(F.when(late, 1)).alias("late"),
+    ).first()
+    assert row is not None
+    n, late_rows = int(row["n"]), int(row["late"])
+    read: dict[str, Any] = {
+        "from": "delta log",
+        "versions": versions,
+        "files_added": len(changes.added),
+        "files_removed": len(changes.removed),
+        "change_feed": changes.change_feed,
+        "rows_new": n + int(row["null"]),
+        "rows_gone": gone,
+        "rows_late": late_rows,
+    }
+    if gone or late_rows:
+        return NewRows(
+            None,
+            None,
+            f"events versions {versions} removed {gone:,} row(s) and added {late_rows:,} "
+            f"late row(s) (seq <= {high})",
+            read,
+        )
+    check = (n, int(row["x"] or 0), int(row["null"]), row["top"])
+    return NewRows(new, check, "", read)
+
+
 def run_incremental(
     spark: SparkSession,
     events_path: str,
@@ -196,27 +312,21 @@ def run_incremental(
         report["incremental"]["mode"] = "up-to-date"
         return _finish(report, output, options, spark, started, written=False)
 
-    events = conform_events(storage.read_table(spark, events_ref, version))
+    events: DataFrame | None = None  # the whole table, read only when it is needed
+    new_rows: DataFrame | None = None  # the rows added since the state (incremental mode)
+    new_check: tuple[int, int, int, int | None] | None = None
     carry: Carry | None = None
-    late_check: tuple[int, int, int, int | None] | None = None
     mode = "full"
     if saved is not None:
-        progress(f"checking the {saved.rows_upto_high:,} rows up to seq {saved.high_seq}")
-        late_check = digest(events, saved.high_seq)
-        unchanged = (
-            late_check[0] == saved.rows_upto_high
-            and late_check[1] == saved.digest_upto_high
-            and late_check[2] == saved.rows_null_seq
-        )
-        if unchanged:
-            mode = "incremental"
+        found = _new_rows(spark, events_ref, saved, version, progress)
+        report["incremental"]["read"] = found.read
+        if found.rows is not None:
+            mode, new_rows, new_check = "incremental", found.rows, found.check
         else:
             mode = "full (history changed)"
-            progress(
-                f"rows up to seq {saved.high_seq} changed ({saved.rows_upto_high:,} -> "
-                f"{late_check[0]:,} rows, null seq {saved.rows_null_seq} -> {late_check[2]}): "
-                "replaying every family from the full history"
-            )
+            progress(f"{found.why}: replaying every family from the full history")
+    if new_rows is None:
+        events = conform_events(storage.read_table(spark, events_ref, version))
     previous = {}
     if mode == "incremental":
         assert saved is not None and families is not None
@@ -245,9 +355,10 @@ def run_incremental(
     run_options = replace(options, incremental=True)
     result: ReconstructResult | None = None
     if carry is not None:
-        new_rows = events.filter(F.col("seq") > carry.high_seq)
+        assert new_rows is not None
         result = reconstruct(spark, new_rows, run_options, progress, carry)
     if result is None:
+        assert events is not None
         # a full replay; after changed history it also digests, per family, the rows up
         # to the old high_seq, so the report can name the families whose rows changed
         mark = saved.high_seq if saved is not None and mode != "full" else None
@@ -257,11 +368,13 @@ def run_incremental(
 
     # what the next run checks: count and digest of every row up to the new high_seq
     if carry is not None and saved is not None:
-        n_new, x_new, _, top = digest(events.filter(F.col("seq") > carry.high_seq), None)
+        assert new_check is not None
+        n_new, x_new, null_new, top = new_check
         high_seq = _max(saved.high_seq, top)
         n_upto, x_upto = saved.rows_upto_high + n_new, saved.digest_upto_high ^ x_new
-        null_rows = saved.rows_null_seq
+        null_rows = saved.rows_null_seq + null_new
     else:
+        assert events is not None
         n_upto, x_upto, null_rows, high_seq = digest(events, None)
 
     tables = dict(result.tables)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pelengine.storage.paths import local_path
+from pelengine.storage.paths import FILES_OPTION, local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -486,3 +486,110 @@ def table_row_count(spark: SparkSession, path: TableRef) -> int:
 def table_exists(spark: SparkSession, path: TableRef) -> bool:
     """Whether a Delta table exists at ``path``."""
     return table_version(spark, path) is not None
+
+
+# --------------------------------------------------------------------------- what changed
+
+
+@dataclass(frozen=True)
+class TableChanges:
+    """What the commits after version ``since`` up to ``until`` did to a table, from its
+    Delta log: the data files the newer snapshot holds that the older did not (``added``)
+    and the reverse (``removed``). An append only adds; a DELETE, UPDATE, MERGE, OPTIMIZE or
+    overwrite removes the files it rewrote and adds their new versions. ``change_feed``:
+    native Delta with the change data feed on, whose inserted and deleted rows are read
+    instead of files."""
+
+    since: int
+    until: int
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    change_feed: bool = False
+
+
+def table_changes(
+    spark: SparkSession, ref: TableRef, since: int, until: int
+) -> TableChanges | None:
+    """The files versions ``since+1 .. until`` of the table added and removed, or None when
+    the log cannot say: the older version is no longer in the log (log retention), the
+    table uses deletion vectors (a row-level delete leaves the file in place), or the
+    versions do not follow each other."""
+    if since >= until:
+        return None
+    if isinstance(ref, str) and storage_mode(spark) == EMBEDDED:
+        from pelengine.storage.embedded import normalize_table_uri, snapshot_files
+
+        uri = normalize_table_uri(ref)
+        try:
+            old, new = snapshot_files(uri, since), snapshot_files(uri, until)
+        except Exception:
+            return None
+        if old is None or new is None:
+            return None
+        return TableChanges(since, until, tuple(sorted(new - old)), tuple(sorted(old - new)))
+    return _native_changes(spark, ref, since, until)
+
+
+def _native_changes(
+    spark: SparkSession, ref: TableRef, since: int, until: int
+) -> TableChanges | None:
+    """Native Delta: the change data feed where the table has it on, else the snapshots'
+    file lists (``inputFiles``) unless deletion vectors are on."""
+    name = ref.name if isinstance(ref, Table) else "delta.`" + ref.replace("`", "``") + "`"
+    try:
+        detail = spark.sql(f"DESCRIBE DETAIL {name}").first()
+        properties = dict(detail["properties"] or {}) if detail is not None else {}
+        if str(properties.get("delta.enableChangeDataFeed", "")).lower() == "true":
+            return TableChanges(since, until, change_feed=True)
+        features = set(detail["tableFeatures"] or []) if detail is not None else set()
+        if (
+            "deletionVectors" in features
+            or str(properties.get("delta.enableDeletionVectors", "")).lower() == "true"
+        ):
+            return None
+        old = set(read_table(spark, ref, since).inputFiles())
+        new = set(read_table(spark, ref, until).inputFiles())
+    except Exception:
+        return None
+    return TableChanges(since, until, tuple(sorted(new - old)), tuple(sorted(old - new)))
+
+
+def read_table_files(
+    spark: SparkSession, ref: TableRef, version: int, files: tuple[str, ...]
+) -> DataFrame:
+    """The rows of ``files`` (as :func:`table_changes` names them) of the snapshot at
+    ``version``; no rows for no files."""
+    if isinstance(ref, str) and storage_mode(spark) == EMBEDDED:
+        return (
+            spark.read.format("delta")
+            .option("versionAsOf", str(version))
+            .option(FILES_OPTION, json.dumps(list(files)))
+            .load(ref)
+        )
+    from pyspark.sql import functions as F
+
+    table = read_table(spark, ref, version)
+    if not files:
+        return table.limit(0)
+    return table.where(F.col("_metadata.file_path").isin(list(files)))
+
+
+def read_change_feed(
+    spark: SparkSession, ref: TableRef, changes: TableChanges
+) -> tuple[DataFrame, DataFrame]:
+    """(rows inserted, rows deleted) by the commits of ``changes`` from native Delta's change
+    data feed (an update is its post-image inserted and its pre-image deleted)."""
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", str(changes.since + 1))
+        .option("endingVersion", str(changes.until))
+    )
+    feed = reader.table(ref.name) if isinstance(ref, Table) else reader.load(ref)
+    kind = F.col("_change_type")
+    drop = ("_change_type", "_commit_version", "_commit_timestamp")
+    inserted = feed.where(kind.isin("insert", "update_postimage")).drop(*drop)
+    deleted = feed.where(kind.isin("delete", "update_preimage")).drop(*drop)
+    return inserted, deleted

@@ -30,7 +30,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from pelengine.storage.paths import local_path
+from pelengine.storage.paths import FILES_OPTION, local_path
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -259,8 +259,23 @@ class DeltaReader(DataSourceReader):
             )
         self.use_scan = bool(features & SCAN_ONLY_FEATURES)
         self.files: list[tuple[str, Any]] = []
+        only = _only_files(options)
+        if only is not None and self.use_scan:
+            raise DeltaStorageError(
+                f"Delta table at {table_uri} uses {sorted(features & SCAN_ONLY_FEATURES)}: "
+                "the embedded reader cannot read single files of it"
+            )
         if not self.use_scan:
             self.files = list(table._table.dataset_partitions(self.file_schema, None))
+        if only is not None:
+            held = {file for file, _ in self.files}
+            missing = sorted(only - held)
+            if missing:
+                raise DeltaStorageError(
+                    f"Delta table at {table_uri} version {self.version} has no data file "
+                    f"{missing[0]} ({len(missing)} asked for are not in it)"
+                )
+            self.files = [(file, expr) for file, expr in self.files if file in only]
 
     def partitions(self) -> Sequence[InputPartition]:
         if self.use_scan:
@@ -301,6 +316,34 @@ class DeltaReader(DataSourceReader):
             arrow_batch = pa.record_batch(batch)
             if arrow_batch.num_rows:
                 yield conform_batch(arrow_batch, self.target)
+
+
+def _only_files(options: Any) -> set[str] | None:
+    """The data files the ``pelengine.files`` option restricts a read to (None: all)."""
+    text = options.get(FILES_OPTION) if options is not None else None
+    if text is None:
+        return None
+    files = json.loads(str(text))
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise DeltaStorageError(f"option {FILES_OPTION} must be a JSON list of file paths")
+    return set(files)
+
+
+def snapshot_files(
+    table_uri: str, version: int, storage_options: dict[str, str] | None = None
+) -> set[str] | None:
+    """The data files (paths as the log names them) of the snapshot at ``version``, with
+    the deletion vectors of any: None when the table uses them (a row-level delete then
+    leaves the file in place) or when there is no table."""
+    import pyarrow as pa
+
+    table = open_table(table_uri, version, storage_options)
+    if table is None or table.version() != version:
+        return None
+    if "deletionVectors" in table_reader_features(table):
+        return None
+    actions = pa.table(table.get_add_actions(flatten=True))
+    return {str(p) for p in actions.column("path").to_pylist()}
 
 
 def _require_table(

@@ -13,3 +13,8 @@ def local_path(uri: str) -> str | None:
     if "://" in uri:
         return None
     return uri
+
+
+#: Reader option of the embedded source: read only these data files of the snapshot (a JSON
+#: list of the paths ``table_changes`` names). Native Delta is never given it.
+FILES_OPTION = "pelengine.files"
