@@ -392,6 +392,7 @@ def make_replay_function(
         )
         try:
             for batch in batches:
+                batch = unwrap_state(batch)
                 yield from packed((table, iter((out,))) for table, out in replay.feed(batch))
             yield from packed((table, iter((out,))) for table, out in replay.finish())
         except core.SeqOrderError as exc:
@@ -459,6 +460,7 @@ def make_replay_function(
         agg_n, agg_x, mark_n, mark_x = 0, 0, 0, 0
         seeded = False
         for batch in batches:
+            batch = unwrap_state(batch)
             # column by column: no dict per row, numbers through numpy
             if "lead" in batch.schema.names and batch.num_rows:
                 lead = bool(batch.column("lead")[0].as_py())
@@ -593,6 +595,34 @@ def unpack_payloads(payloads: pa.Array, schema: pa.Schema) -> Iterator[pa.Record
 def dump_state(replayer: Replayer) -> dict[str, Any]:
     """A family's model between runs: its ``state_version`` and ``state`` columns."""
     return persist.dump(replayer)
+
+
+def unwrap_state(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its ``state`` column as the pipeline ships it (a list of at most one
+    saved model, ``pipeline.replay.STATE_TRANSPORT_TYPE``) turned back into the saved-model
+    struct, null where the list is empty; a batch without one, or with the struct
+    already, as it is."""
+    index = batch.schema.get_field_index("state")
+    if index < 0:
+        return batch
+    column = batch.column(index)
+    if not pa.types.is_list(column.type):
+        return batch
+    flat = column.flatten()
+    n = batch.num_rows
+    if len(flat) == 0:
+        struct = pa.nulls(n, column.type.value_type)
+    else:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        at = np.full(n, -1, dtype=np.int64)
+        parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False)
+        if len(np.unique(parents)) != len(parents):
+            raise ValueError("a replay input row carries more than one saved model")
+        at[parents] = np.arange(len(flat), dtype=np.int64)
+        struct = flat.take(pa.array(at, mask=at < 0))
+    return batch.set_column(index, batch.schema.field(index).with_type(struct.type), struct)
 
 
 def saved_states(batch: pa.RecordBatch) -> list[dict[str, Any] | None]:

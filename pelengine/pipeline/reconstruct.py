@@ -40,7 +40,7 @@ from pelengine.pipeline.conform import (
     split_tagged,
     tag_rejected,
 )
-from pelengine.pipeline.replay import _seed_rows, replay_stage, replayed_table
+from pelengine.pipeline.replay import _seed_rows, replay_stage, replayed_table, without_state
 from pelengine.pipeline.route import (
     _blocks,
     blocking_waits,
@@ -54,7 +54,6 @@ from pelengine.progress import Progress, quiet
 from pelengine.schemas import (
     EVENTS_SCHEMA,
     OUTPUT_TABLES,
-    SAVED_STATE_TYPE,
     TABLE_COLUMNS,
 )
 from pelengine.settings import Settings
@@ -206,7 +205,7 @@ def reconstruct(
             assert states_in is not None
             rows = _seed_rows(rows, states_in)
         else:
-            rows = rows.withColumn("state", F.lit(None).cast(SAVED_STATE_TYPE))
+            rows = without_state(rows)
     lap(
         "route",
         f"{split_stats['families_split']} stream famil(ies) split into "
