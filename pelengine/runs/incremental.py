@@ -17,13 +17,17 @@ The state table ``<out>/_state`` holds, after every incremental run:
 
 A run (``pelengine reconstruct --incremental``):
 
-1. reads the events table at its current version ``V``; if the state is already
+1. reads the events table's current version ``V``; if the state is already
    at ``V`` the run is a no-op (nothing is written, no Delta version moves);
-2. checks that the rows up to ``high_seq`` are those the state saw (count and
-   digest). If not — late rows (``seq <= high_seq``), changed or removed rows —
-   every family is replayed from the full history, and the report names the
-   families whose rows changed (their digests differ);
-3. otherwise replays only the rows after ``high_seq``: the families they reach
+2. finds what is new from the Delta log (:func:`_new_rows`): only the data files
+   versions after the state's added are read, and the files they removed (a
+   rewrite), whose rows are compared with the added ones. A row gone, or a new row
+   at or below ``high_seq`` (late), means history changed: every family is replayed
+   from the full history, and the report names the families whose rows changed
+   (their digests differ). When the log cannot tell (versions past log retention,
+   removed files vacuumed, deletion vectors), the count and digest of every row up to
+   ``high_seq`` are checked instead, as they were before the log was read;
+3. otherwise replays only the new rows: the families they reach
    start from their saved model (a ``state`` row that sorts before their new
    events in the same grouped UDF), every other family's rows are carried over
    from the current tables with this run's ``as_of`` and ``idle_ms``; the
