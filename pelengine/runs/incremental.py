@@ -321,8 +321,11 @@ def run_incremental(
     new_check: tuple[int, int, int, int | None] | None = None
     carry: Carry | None = None
     mode = "full"
+    find_seconds: float | None = None
     if saved is not None:
+        find_started = time.monotonic()
         found = _new_rows(spark, events_ref, saved, version, progress)
+        find_seconds = round(time.monotonic() - find_started, 3)
         report["incremental"]["read"] = found.read
         if found.rows is not None:
             mode, new_rows, new_check = "incremental", found.rows, found.check
@@ -404,6 +407,7 @@ def run_incremental(
     # the tables read the versions they replace pinned (versionAsOf), so writing them in
     # any order, or again after a crash, reads the same input
     write_started = time.monotonic()
+    table_seconds: dict[str, float] = {}
     output_rows = write_outputs(
         spark,
         [*tables.items(), ("rejected_events", rejected)],
@@ -411,7 +415,9 @@ def run_incremental(
         txn_app_id=TXN_APP_ID,
         txn_version=version,
         progress=progress,
+        seconds=table_seconds,
     )
+    state_started = time.monotonic()
     carried = dict(result.carried)
     carried["delivery_counts_version"] = storage.table_version(
         spark, output.table("delivery_counts")
@@ -450,8 +456,13 @@ def run_incremental(
         txn_app_id=TXN_APP_ID,
         txn_version=version,
     )
-    report["timings_s"] = dict(result.report.get("timings_s", {}))
+    report["timings_s"] = {
+        **({"find_new": find_seconds} if find_seconds is not None else {}),
+        **result.report.get("timings_s", {}),
+    }
+    table_seconds["_state"] = round(time.monotonic() - state_started, 3)
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
+    report["write_seconds_by_table"] = table_seconds
     report.update({k: v for k, v in result.report.items() if k not in ("timings_s",)})
     report["input"] = {"path": events_path, "delta_version": version}
     report["output"] = {**output.describe(), "rows": output_rows}

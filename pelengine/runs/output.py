@@ -21,10 +21,11 @@ def write_outputs(
     txn_app_id: str | None,
     txn_version: int | None,
     progress: Progress = quiet,
+    seconds: dict[str, float] | None = None,
 ) -> dict[str, int]:
     """Write each (name, DataFrame) as ``out_path/name`` (overwrite, one commit each, with
     the txn options), or by name for an :class:`storage.Output` of catalog tables; returns
-    each table's rows as written.
+    each table's rows as written (and puts each table's seconds in ``seconds``).
 
     One after the other: the embedded ``delta`` source is registered with the session,
     and a write from another Python thread does not find it."""
@@ -36,7 +37,10 @@ def write_outputs(
         started = time.monotonic()
         storage.write_table(df, path, "overwrite", txn_app_id=txn_app_id, txn_version=txn_version)
         rows[name] = storage.table_row_count(spark, path)
-        progress(f"wrote {name}: {rows[name]:,} rows in {time.monotonic() - started:.1f} s")
+        took = time.monotonic() - started
+        if seconds is not None:
+            seconds[name] = round(took, 3)
+        progress(f"wrote {name}: {rows[name]:,} rows in {took:.1f} s")
     return rows
 
 
