@@ -524,7 +524,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batches_follow_the_schema() {
+    fn batches_follow_the_schema() -> Result<(), Box<dyn std::error::Error>> {
         let mut cols = Cols::new(&[("db", Kind::Int), ("key", Kind::Str), ("group", Kind::Str)]);
         for i in 0..10_000_i64 {
             cols.push([
@@ -539,9 +539,7 @@ mod tests {
             Field::new("as_of_ms", DataType::Int64, true),
             Field::new("lag", DataType::Int64, true),
         ]));
-        let batches = cols
-            .to_batches("t", &schema, &[("as_of_ms", 7)])
-            .expect("batches");
+        let batches = cols.to_batches("t", &schema, &[("as_of_ms", 7)])?;
         assert_eq!(batches.len(), 2);
         assert_eq!(batches[0].num_rows(), OUTPUT_BATCH_ROWS);
         assert_eq!(batches[1].num_rows(), 10_000 - OUTPUT_BATCH_ROWS);
@@ -552,10 +550,11 @@ mod tests {
         let own: HashSet<String> = ["g1".to_owned()].into();
         assert_eq!(cols.clone().owned(Some(&own), false).len(), 5_000);
         assert_eq!(cols.owned(None, false).len(), 10_000);
+        Ok(())
     }
 
     #[test]
-    fn lists_of_every_width() {
+    fn lists_of_every_width() -> Result<(), Box<dyn std::error::Error>> {
         let mut cols = Cols::new(&[("owner_names", Kind::StrList)]);
         cols.push([vec!["a".to_owned(), "b".to_owned()].into()]);
         cols.push([Val::StrList(None)]);
@@ -572,9 +571,10 @@ mod tests {
                 DataType::List(child)
             };
             let schema = Arc::new(Schema::new(vec![Field::new("owner_names", dtype, true)]));
-            let batches = cols.to_batches("t", &schema, &[]).expect("batches");
+            let batches = cols.to_batches("t", &schema, &[])?;
             assert_eq!(batches[0].column(0).null_count(), 1);
         }
+        Ok(())
     }
 
     #[test]
