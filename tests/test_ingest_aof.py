@@ -125,10 +125,15 @@ def test_cut_off_tail_and_unfinished_multi_wait_for_the_rest(tmp_path: Path) -> 
 def test_arguments_are_bytes_exact_utf8(tmp_path: Path) -> None:
     path = tmp_path / "appendonly.aof"
     key = "clé\r\n$3\r\n*"  # CRLF and RESP markers inside an argument
-    path.write_bytes(resp("XADD", key, "1-0", "f", "ü") + b"*2\r\n$3\r\nDEL\r\n$2\r\n\xff\xfe\r\n")
+    path.write_bytes(
+        resp("XADD", key, "1-0", "f", "ü")
+        + b"*2\r\n$3\r\nDEL\r\n$2\r\n\xff\xfe\r\n"
+        + b"*2\r\n$3\r\nDEL\r\n$4\r\n\xe2\x82\xac\xff\r\n"
+    )
     rows = read_aof(str(path)).rows
     assert rows[0]["argv"] == ["XADD", key, "1-0", "f", "ü"]
     assert rows[1]["argv"] == ["DEL", "\\xff\\xfe"]  # not UTF-8: backslash escapes
+    assert rows[2]["argv"] == ["DEL", "\\xe2\\x82\\xac\\xff"]  # every high byte, as everywhere
 
 
 def test_an_rdb_preamble_is_the_starting_state_then_commands_follow(tmp_path: Path) -> None:

@@ -73,6 +73,11 @@ def test_every_escape() -> None:
         "",
         "sp ace",
     ]
+    # an argument that is not UTF-8 has every high byte escaped, as every path writes it
+    assert parse_line(r'1.5 [0 1.1.1.1:1] "\xe2\x82\xac\xff" "\xe2\x82\xac"').argv == [
+        "\\xe2\\x82\\xac\\xff",
+        "\u20ac",
+    ]
 
 
 def test_round_trip_of_random_arguments() -> None:

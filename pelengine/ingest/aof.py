@@ -74,6 +74,7 @@ from typing import Any
 
 from pelengine.ingest.rdb import RdbFormatError, parse_rdb
 from pelengine.ingest.snapshot import load_rows, snapshot_time_ms
+from pelengine.model.text import readable
 
 SOURCE = "aof"
 MANIFEST_SUFFIX = ".manifest"
@@ -317,11 +318,7 @@ def _trim_options(argv: list[str]) -> tuple[int, int | None]:
 # --------------------------------------------------------------------------- parsing
 
 
-def _decode(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "backslashreplace")
+_decode = readable  # an argument's text (pelengine.model.text)
 
 
 def iter_commands(

@@ -13,9 +13,9 @@ A MONITOR line, as the server writes it (``replicationFeedMonitors``)::
   or ``lua`` for commands a script ran (``[0 lua]``).
 * the arguments, each double-quoted with ``sdscatrepr`` escapes: ``\\"``,
   ``\\\\``, ``\\n``, ``\\r``, ``\\t``, ``\\a``, ``\\b`` and ``\\xHH`` (any other byte
-  that is not printable ASCII). ``\\xHH`` runs that form UTF-8 become those
-  characters; a byte that is not part of valid UTF-8 stays as the four
-  characters ``\\xHH`` (the events table holds strings; such arguments are rare).
+  that is not printable ASCII). An argument's bytes that are UTF-8 become those
+  characters; in one that is not, every byte of 0x80 or more is the four characters
+  ``\\xhh`` (:func:`pelengine.model.text.readable`, docs/input.md).
 
 ``redis-cli MONITOR`` adds nothing, but a raw RESP capture keeps the leading
 ``+`` of the simple-string reply and the first line is the ``OK`` (``+OK``) that
@@ -37,6 +37,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from pelengine.model.text import readable
 from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
 
 SOURCE = "monitor"
@@ -105,9 +106,11 @@ class ParseStats:
 
 
 def _unquote(text: str, pos: int) -> tuple[str, int]:
-    """The argument starting at ``text[pos] == '"'``: (value, position after it)."""
+    """The argument starting at ``text[pos] == '"'``: (value, position after it).
+    ``\\xHH`` escapes are bytes: the argument's bytes become text as every path makes
+    them (:func:`pelengine.model.text.readable`)."""
     out: list[str] = []
-    pending: bytearray = bytearray()  # \xHH bytes, decoded together (UTF-8 sequences)
+    raw: bytearray | None = None  # the bytes so far, once an argument has a \xHH escape
     i = pos + 1
     n = len(text)
     while i < n:
@@ -115,23 +118,25 @@ def _unquote(text: str, pos: int) -> tuple[str, int]:
         if ch == "\\" and i + 1 < n:
             nxt = text[i + 1]
             if nxt == "x" and i + 3 < n and text[i + 2] in _HEX and text[i + 3] in _HEX:
-                pending.append(int(text[i + 2 : i + 4], 16))
+                if raw is None:
+                    raw = bytearray("".join(out).encode("utf-8"))
+                raw.append(int(text[i + 2 : i + 4], 16))
                 i += 4
                 continue
-            if pending:
-                out.append(pending.decode("utf-8", "backslashreplace"))
-                pending.clear()
             if nxt in _SIMPLE_ESCAPES:
-                out.append(_SIMPLE_ESCAPES[nxt])
+                if raw is None:
+                    out.append(_SIMPLE_ESCAPES[nxt])
+                else:
+                    raw += _SIMPLE_ESCAPES[nxt].encode("utf-8")
                 i += 2
                 continue
             raise MonitorParseError(f"unknown escape \\{nxt} at column {i + 1}")
-        if pending:
-            out.append(pending.decode("utf-8", "backslashreplace"))
-            pending.clear()
         if ch == '"':
-            return "".join(out), i + 1
-        out.append(ch)
+            return ("".join(out) if raw is None else readable(bytes(raw))), i + 1
+        if raw is None:
+            out.append(ch)
+        else:
+            raw += ch.encode("utf-8")
         i += 1
     raise MonitorParseError("unterminated quoted argument")
 

@@ -27,6 +27,7 @@ from typing import Any
 from pelengine.ingest.rdb import RdbFile, RdbStream
 from pelengine.model.commands import LOAD_COMMAND
 from pelengine.model.ids import ZERO_ID, StreamID
+from pelengine.model.text import readable
 
 SOURCE = "rdb"
 PENDING_CHUNK = 500
@@ -34,7 +35,7 @@ PENDING_CHUNK = 500
 
 def _text(name: str | bytes) -> str:
     raw = name if isinstance(name, bytes) else name.encode("utf-8", "surrogateescape")
-    return raw.decode("utf-8", "backslashreplace")
+    return readable(raw)
 
 
 def _id(entry_id: StreamID) -> str:

@@ -7,8 +7,26 @@ of the latest ``SELECT`` before them, and ``--as-of-*`` cuts the log at a point 
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    DateType,
+    IntegerType,
+    IntegralType,
+    LongType,
+    MapType,
+    NullType,
+    NumericType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 from pyspark.sql.window import Window
 
 from pelengine.schemas import (
@@ -22,22 +40,176 @@ class InputContractError(ValueError):
     """The events table does not follow the input contract (docs/input.md)."""
 
 
-def conform_events(events: DataFrame) -> DataFrame:
-    """Check the required columns and cast to the contract's types; add missing optional ones."""
-    names = set(events.columns)
+# the contract's types (docs/input.md) as the one sentence a refused table gets
+_CONTRACT_TYPE = {
+    "seq": "BIGINT",
+    "ts_ms": "BIGINT (Unix milliseconds)",
+    "argv": "ARRAY<STRING> or ARRAY<BINARY>",
+    "db": "INT",
+    "client": "STRING",
+    "source": "STRING",
+}
+# the column holding why a value could not be cast (null: every value was); dropped with
+# ``reason`` by :func:`split_tagged`
+CAST_REASON = "_cast_reason"
+# between a reason and the value it quotes: the report counts reasons without their values
+REASON_VALUE = ": '"
+
+
+def _is_number(t: DataType) -> bool:
+    return isinstance(t, (NumericType, NullType))
+
+
+def _type_problem(name: str, t: DataType) -> str | None:
+    """Why a column of type ``t`` cannot be cast to the contract's type (None: it can)."""
+    if name in ("seq", "ts_ms", "db"):
+        if _is_number(t) or isinstance(t, StringType):
+            return None
+        hint = ""
+        if isinstance(t, (TimestampType, TimestampNTZType, DateType)) and name == "ts_ms":
+            hint = " (a timestamp converts with unix_millis(...))"
+        return f"{_CONTRACT_TYPE[name]}{hint}"
+    if name == "argv":
+        if isinstance(t, NullType):
+            return None
+        if isinstance(t, ArrayType) and isinstance(
+            t.elementType, (StringType, BinaryType, NumericType, NullType)
+        ):
+            return None
+        hint = ""
+        if isinstance(t, StringType):
+            hint = (
+                " (one element per argument: a command line split on spaces would lose arguments)"
+            )
+        return f"{_CONTRACT_TYPE[name]}{hint}"
+    if isinstance(t, (ArrayType, MapType, StructType)):
+        return _CONTRACT_TYPE[name]
+    return None
+
+
+def check_event_types(schema: StructType) -> None:
+    """Refuse, in one sentence per column, an events table whose columns are missing or
+    of a type the contract's cannot be cast from (docs/input.md)."""
+    names = {f.name for f in schema.fields}
     missing = [c for c in REQUIRED_EVENT_COLUMNS if c not in names]
     if missing:
         raise InputContractError(
             f"events table lacks required column(s) {', '.join(missing)}; "
             f"it has {', '.join(sorted(names)) or 'no columns'} (see docs/input.md)"
         )
+    wrong = []
+    for f in schema.fields:
+        if f.name in _CONTRACT_TYPE:
+            want = _type_problem(f.name, f.dataType)
+            if want is not None:
+                wrong.append(
+                    f"column {f.name} is {f.dataType.simpleString().upper()}, the contract "
+                    f"wants {want}"
+                )
+    if wrong:
+        raise InputContractError(
+            "events table has columns of the wrong type: "
+            + "; ".join(wrong)
+            + " (see docs/input.md)"
+        )
+
+
+def _readable_argv(argv: Column, element: DataType) -> Column:
+    """``argv`` as ARRAY<STRING> of valid UTF-8, each argument unchanged where it is valid
+    UTF-8; in an argument that is not, every byte of 0x80 or more is written as the four
+    characters ``\\xhh`` (docs/input.md). Binary arguments are read as their bytes."""
+    if isinstance(element, NullType):
+        return argv.cast(ArrayType(StringType()))
+
+    def one(x: Column) -> Column:
+        raw = x.cast(BinaryType()) if not isinstance(element, NumericType) else x
+        text = raw.cast(StringType())
+        if isinstance(element, NumericType):
+            return text
+        escaped = F.concat_ws(
+            "",
+            F.transform(
+                F.sequence(F.lit(1), F.greatest(F.octet_length(raw), F.lit(1))),
+                lambda i: F.when(
+                    F.hex(F.substring(raw, i, 1)) < F.lit("80"),
+                    F.substring(raw, i, 1).cast(StringType()),
+                ).otherwise(F.concat(F.lit("\\x"), F.lower(F.hex(F.substring(raw, i, 1))))),
+            ),
+        )
+        return (
+            F.when(x.isNull(), F.lit(None).cast(StringType()))
+            .when(F.is_valid_utf8(text), text)
+            .otherwise(escaped)
+        )
+
+    if isinstance(element, NumericType):
+        return argv.cast(ArrayType(StringType()))
+    # the per-element check is cheap; the escaping runs only for an argument that needs it
+    return F.when(
+        F.exists(argv, lambda x: ~F.is_valid_utf8(x.cast(StringType()))), F.transform(argv, one)
+    ).otherwise(argv.cast(ArrayType(StringType())))
+
+
+def _cast_number(
+    name: str, column: Column, source: DataType, target: DataType
+) -> tuple[Column, Column | None]:
+    """(the column cast to ``target``, why a value could not be: null when it could).
+    A value casts only exactly: text must be a whole number, a fraction is refused."""
+    fits = isinstance(source, NullType) or (
+        isinstance(source, IntegralType)
+        and (isinstance(target, LongType) or isinstance(source, (ByteType, ShortType, IntegerType)))
+    )
+    if fits:
+        return column.cast(target), None
+    cast = column.try_cast(target)
+    exact = cast.isNotNull()
+    if not isinstance(source, StringType):  # decimal, float, double, a long for an int
+        exact = exact & (cast.cast(source) == column)
+    words = _CONTRACT_TYPE[name].split(" ")[0]
+    article = "an" if words[0] in "AEIOU" else "a"
+    why = F.when(
+        column.isNotNull() & ~F.coalesce(exact, F.lit(False)),
+        F.concat(
+            F.lit(f"{name} is not {article} {words}{REASON_VALUE}"),
+            column.cast(StringType()),
+            F.lit("'"),
+        ),
+    )
+    return F.when(exact, cast), why
+
+
+def conform_events(events: DataFrame) -> DataFrame:
+    """Check the columns' presence and types once (:func:`check_event_types`), cast them
+    to the contract's types and add missing optional ones. A value that does not cast
+    (text that is not a number, a fraction) becomes null and its row is rejected with the
+    reason :data:`CAST_REASON` holds; arguments that are not UTF-8 text are made readable
+    (:func:`_readable_argv`)."""
+    check_event_types(events.schema)
+    types = {f.name: f.dataType for f in events.schema.fields}
     out = events
+    reasons: list[Column] = []
     for f in EVENTS_SCHEMA.fields:
-        if f.name in names:
+        if f.name not in types:
+            if f.name in OPTIONAL_EVENT_COLUMNS:
+                out = out.withColumn(f.name, F.lit(None).cast(f.dataType))
+            continue
+        source = types[f.name]
+        if f.name == "argv":
+            element = source.elementType if isinstance(source, ArrayType) else NullType()
+            out = out.withColumn("argv", _readable_argv(F.col("argv"), element))
+        elif f.name in ("seq", "ts_ms", "db"):
+            cast, why = _cast_number(f.name, F.col(f.name), source, f.dataType)
+            if why is not None:
+                out = out.withColumn(CAST_REASON + f.name, why)
+                reasons.append(F.col(CAST_REASON + f.name))
+            out = out.withColumn(f.name, cast)
+        else:
             out = out.withColumn(f.name, F.col(f.name).cast(f.dataType))
-        elif f.name in OPTIONAL_EVENT_COLUMNS:
-            out = out.withColumn(f.name, F.lit(None).cast(f.dataType))
-    return out
+    firsts = [c for c in out.columns if c.startswith(CAST_REASON) and c != CAST_REASON]
+    out = out.withColumn(
+        CAST_REASON, F.coalesce(*reasons) if reasons else F.lit(None).cast(StringType())
+    )
+    return out.drop(*firsts)
 
 
 def tag_rejected(events: DataFrame, shared: bool) -> DataFrame:
@@ -65,8 +237,10 @@ def tag_rejected(events: DataFrame, shared: bool) -> DataFrame:
             .withColumn("_variants", F.size(F.collect_set("_sig").over(by_seq)))
             .withColumn("_rank", F.row_number().over(by_seq.orderBy("_sig")))
         )
+    cast_reason = F.col(CAST_REASON) if CAST_REASON in events.columns else F.lit(None)
     reason = (
-        F.when(F.col("seq").isNull(), F.lit("null seq"))
+        F.when(cast_reason.isNotNull(), cast_reason)
+        .when(F.col("seq").isNull(), F.lit("null seq"))
         .when(F.col("ts_ms").isNull(), F.lit("null ts_ms"))
         .when(F.col("argv").isNull(), F.lit("null argv"))
         .when(F.size("argv") == 0, F.lit("empty argv"))
@@ -118,8 +292,8 @@ def retag_shared(tagged: DataFrame) -> DataFrame | None:
 
 def split_tagged(tagged: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(valid, rejected) of rows :func:`tag_rejected` tagged."""
-    valid = tagged.filter(F.col("reason").isNull()).drop("reason")
-    return valid, tagged.filter(F.col("reason").isNotNull())
+    valid = tagged.filter(F.col("reason").isNull()).drop("reason", CAST_REASON)
+    return valid, tagged.filter(F.col("reason").isNotNull()).drop(CAST_REASON)
 
 
 def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
