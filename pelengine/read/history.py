@@ -129,7 +129,10 @@ def describe_pel_as_of(
             f"no pel_history table under {out_path} (written by reconstruct from this "
             "version on: run reconstruct again)"
         )
-    pel = pel_as_of(storage.read_table(spark, path), as_of_seq=as_of_seq, as_of_ms=as_of_ms)
+    version = storage.run_versions(out_path).get("pel_history")  # the last complete run's
+    pel = pel_as_of(
+        storage.read_table(spark, path, version), as_of_seq=as_of_seq, as_of_ms=as_of_ms
+    )
     scope = []
     if key is not None:
         pel = pel.filter(F.col("key") == key)

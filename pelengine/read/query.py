@@ -73,8 +73,9 @@ def register_views(
     for name in KNOWN_TABLES:
         if name not in tables:
             spark.catalog.dropTempView(name)
+    run = storage.run_versions(out_path)  # every table as the last complete run left it
     for name, path in tables.items():
-        storage.read_table(spark, path).createOrReplaceTempView(name)
+        storage.read_table(spark, path, run.get(name)).createOrReplaceTempView(name)
     return tables
 
 

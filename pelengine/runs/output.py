@@ -7,9 +7,12 @@ from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from pelengine import storage
+from pelengine.pipeline.conform import REASON_VALUE
 from pelengine.progress import Progress, quiet
+from pelengine.schemas import OUTPUT_TABLES
 from pelengine.settings import Settings
 
 
@@ -113,7 +116,8 @@ def format_report(report: dict[str, Any]) -> str:
 
 def count_rejected(report: dict[str, Any], rejected: DataFrame) -> None:
     """The report's read / rejected counts, from this run's rejected rows by reason."""
-    by_reason = {r["reason"]: r["count"] for r in rejected.groupBy("reason").count().collect()}
+    kind = F.split(F.col("reason"), REASON_VALUE, 2)[0].alias("reason")  # without the value
+    by_reason = {r["reason"]: r["count"] for r in rejected.groupBy(kind).count().collect()}
     events = report.setdefault("events", {})
     events["read"] = events.get("valid", 0) + sum(by_reason.values())
     events["rejected"] = sum(by_reason.values())
@@ -131,6 +135,13 @@ def finish_report(
 ) -> dict[str, Any]:
     """Complete the run report (options, storage, start, duration) and write it as
     ``<root>/_run_report.json``; the same for every run."""
+    # the run's last word: each table's version, which readers read (storage.run_versions)
+    tables = {}
+    for name in (*OUTPUT_TABLES, "rejected_events"):
+        version = storage.table_version(spark, output.table(name))
+        if version is not None:
+            tables[name] = version
+    report["tables"] = tables
     report["options"] = asdict(settings)
     report["storage"] = storage.storage_mode(spark)
     report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))

@@ -291,7 +291,11 @@ def check_input(spark: SparkSession, ref: TableRef) -> None:
 
 def write_run_report(out: str | Output, report: dict[str, Any]) -> str | None:
     """Write ``report`` as ``<root>/_run_report.json``; returns where, or None when the output
-    has no root (catalog tables only: the report is only printed)."""
+    has no root (catalog tables only: the report is only printed).
+
+    The report is the run's last write and names each table's version (``tables``):
+    readers read those (:func:`read_output_table`), so it is written whole or not at all
+    (a local file is written aside and renamed; an object store's put is atomic)."""
     output = as_output(out)
     if not output.root:
         return None
@@ -301,8 +305,12 @@ def write_run_report(out: str | Output, report: dict[str, Any]) -> str | None:
     if local is not None:
         os.makedirs(local, exist_ok=True)
         target = os.path.join(local, RUN_REPORT)
-        with open(target, "w", encoding="utf-8") as fh:
+        aside = f"{target}.{os.getpid()}.tmp"
+        with open(aside, "w", encoding="utf-8") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(aside, target)
         return target
     import pyarrow.fs as pa_fs
 
@@ -311,6 +319,40 @@ def write_run_report(out: str | Output, report: dict[str, Any]) -> str | None:
     with fs.open_output_stream(target) as stream:
         stream.write(text.encode("utf-8"))
     return f"{root.rstrip('/')}/{RUN_REPORT}"
+
+
+def read_run_report(out: str | Output) -> dict[str, Any] | None:
+    """The last complete run's report under the output's root (None: no root, no report,
+    or one that cannot be read)."""
+    output = as_output(out)
+    if not output.root:
+        return None
+    try:
+        local = local_path(output.root)
+        if local is not None:
+            with open(os.path.join(local, RUN_REPORT), encoding="utf-8") as fh:
+                text = fh.read()
+        else:
+            import pyarrow.fs as pa_fs
+
+            fs, base = pa_fs.FileSystem.from_uri(output.root)
+            with fs.open_input_stream(f"{base.rstrip('/')}/{RUN_REPORT}") as stream:
+                text = stream.read().decode("utf-8")
+        report = json.loads(text)
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def run_versions(out: str | Output) -> dict[str, int]:
+    """Each table's Delta version as the last complete run left it: what readers read, so
+    a run killed between two table writes is never seen half-written. Empty when no run
+    report names them (a report from before they were recorded: the latest versions)."""
+    report = read_run_report(out) or {}
+    tables = report.get("tables")
+    if not isinstance(tables, dict):
+        return {}
+    return {str(k): int(v) for k, v in tables.items() if isinstance(v, int)}
 
 
 # --------------------------------------------------------------------------- read / write
@@ -406,16 +448,21 @@ def table_path(root: str | Output, name: str) -> TableRef:
     return as_output(root).table(name)
 
 
-def read_output_table(spark: SparkSession, root: str | Output, name: str) -> DataFrame:
-    """The table ``name`` of the output root ``root``; FileNotFoundError naming both when
-    there is none."""
+def read_output_table(
+    spark: SparkSession, root: str | Output, name: str, versions: dict[str, int] | None = None
+) -> DataFrame:
+    """The table ``name`` of the output root ``root`` at the version the last complete run
+    left it (:func:`run_versions`; ``versions`` when the caller read them already, so that
+    every table it reads comes from one run); FileNotFoundError naming both when there is
+    no table."""
     path = table_path(root, name)
     if not table_exists(spark, path):
         raise FileNotFoundError(
             f"no {name} table under --out {root} (expected at {path}; written by "
             "pelengine reconstruct)"
         )
-    return read_table(spark, path)
+    version = (run_versions(root) if versions is None else versions).get(name)
+    return read_table(spark, path, version)
 
 
 def table_versions(spark: SparkSession, path: TableRef, limit: int | None = None) -> list[int]:

@@ -8,7 +8,9 @@ point); PELENGINE_KILL_AT adds more (e.g. "replaying through", a kill before any
 write, left out of the default list to keep the suite's time). After every kill
 each table under the output root must open and read at its latest Delta
 version (delta-rs, not our reader).
-Finally an in-process re-run completes the night, and every table must equal
+After every kill the readers (``read_output_table`` at the versions of the last
+complete run) must also see one run: night 1 (test_whole_runs.py stops a run at every
+write boundary). Finally an in-process re-run completes the night, and every table must equal
 an uninterrupted night 2.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from pelengine import storage
 from pelengine.generate import generate_events
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
@@ -82,15 +85,29 @@ def _readable(out: Path) -> dict[str, int]:
     return rows
 
 
+def _as_of_seen(spark: SparkSession, out: Path) -> set[int]:
+    """The snapshot moments (``as_of_seq``) the readers see across the tables: one run
+    gives one."""
+    run = storage.run_versions(str(out))
+    seen: set[int] = set()
+    for name in ("pel", "ownership", "delivery_counts", "groups", "streams"):
+        df = storage.read_output_table(spark, str(out), name, run)
+        seen |= {r[0] for r in df.select("as_of_seq").distinct().collect()}
+    return seen
+
+
 def test_killed_nights_complete_on_rerun(spark: SparkSession, nights: dict[str, Path]) -> None:
     out = nights["root"] / "killed"
     shutil.copytree(nights["night1"], out)
     argv = [CLI, "reconstruct", "--events", str(nights["events"]), "--out", str(out)]
+    night1_seq = _as_of_seen(spark, out).pop()
     for marker in KILL_AT:
         code, seen = _kill_when([*argv, "--incremental"], marker)
         assert code == -signal.SIGKILL, f"the run ended before '{marker}' ({code}): {seen[-5:]}"
         rows = _readable(out)
-        print(f"killed at '{marker}': every table readable, rows {rows}")
+        seen = _as_of_seen(spark, out)
+        print(f"killed at '{marker}': every table readable, rows {rows}; readers see {seen}")
+        assert seen == {night1_seq}, f"readers mix runs after a kill at '{marker}': {seen}"
 
     report: dict[str, Any] = run_reconstruct(
         spark, str(nights["events"]), str(out), Settings(incremental=True)
