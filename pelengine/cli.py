@@ -27,7 +27,7 @@ from pelengine.config import Config, ConfigError, load_config
 from pelengine.model import resolve_profile
 from pelengine.progress import ProgressReporter, spark_status
 from pelengine.settings import ENGINES
-from pelengine.storage import NativeDeltaRequiredError, Output
+from pelengine.storage import NativeDeltaRequiredError, Output, RunInProgressError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -812,7 +812,7 @@ def run(
 def _expected(exc: BaseException) -> bool:
     """Errors whose message says it all (missing table or path, input contract): no
     traceback."""
-    if isinstance(exc, FileNotFoundError | FileExistsError):
+    if isinstance(exc, FileNotFoundError | FileExistsError | RunInProgressError):
         return True
     return isinstance(exc, ValueError) and type(exc).__module__.startswith("pelengine.")
 

@@ -35,10 +35,23 @@ def run_reconstruct(
     output = storage.check_output(spark, out_path)
     events_ref = storage.table_ref(events_path)
     storage.check_input(spark, events_ref)
-    if options.incremental:
-        from pelengine.runs.incremental import run_incremental
+    # one writer per output: a second run fails here, naming the first (storage.lease)
+    with storage.run_lease(output.root, "reconstruct" + (" --incremental" * options.incremental)):
+        if options.incremental:
+            from pelengine.runs.incremental import run_incremental
 
-        return run_incremental(spark, events_path, output, options, progress)
+            return run_incremental(spark, events_path, output, options, progress)
+        return _run_full(spark, events_path, output, events_ref, options, progress)
+
+
+def _run_full(
+    spark: SparkSession,
+    events_path: str,
+    output: storage.Output,
+    events_ref: storage.TableRef,
+    options: Settings,
+    progress: Progress,
+) -> dict[str, Any]:
     started = time.time()
     if not storage.table_exists(spark, events_ref):
         raise InputContractError(f"--events {events_path}: no Delta table there")

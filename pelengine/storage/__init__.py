@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pelengine.storage.lease import RunInProgressError as RunInProgressError
+from pelengine.storage.lease import run_lease as run_lease
 from pelengine.storage.paths import FILES_OPTION, local_path
 
 if TYPE_CHECKING:
