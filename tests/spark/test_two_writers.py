@@ -1,0 +1,55 @@
+"""Two runs on one output never interleave: the second fails at once, naming the first
+(the run lease, docs/nightly.md "One writer per output")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pelengine import storage
+from pelengine.generate import generate_events
+from pelengine.runs.full import run_reconstruct
+from pelengine.schemas import EVENTS_SCHEMA
+from pelengine.storage import RunInProgressError
+from tests.spark.test_whole_runs import _seen
+
+pytestmark = pytest.mark.spark
+
+
+def test_two_runs_on_one_output_never_interleave(spark: SparkSession, tmp_path: Path) -> None:
+    """A second run started while the first writes fails at once, naming the first; the
+    first completes as if alone, and a run after it works."""
+    rows = list(generate_events(400, 3, seed=23))
+    events, out, solo = tmp_path / "events", tmp_path / "out", tmp_path / "solo"
+    storage.write_table(spark.createDataFrame(rows, EVENTS_SCHEMA), str(events))
+    run_reconstruct(spark, str(events), str(solo))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    cli = str(Path(sys.executable).with_name("pelengine"))
+    first = subprocess.Popen(
+        [cli, "reconstruct", "--events", str(events), "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert first.stderr is not None
+    seen = []
+    for line in first.stderr:  # the first run holds the lease once it reads the events
+        seen.append(line)
+        if "reading events from" in line:
+            break
+    with pytest.raises(RunInProgressError) as caught:
+        run_reconstruct(spark, str(events), str(out))
+    message = str(caught.value)
+    print(f"the second run: {message}")
+    assert f"pid {first.pid}" in message and str(out) in message
+    seen += first.stderr.read().splitlines()
+    assert first.wait(timeout=300) == 0, seen[-5:]
+    assert _seen(spark, out) == _seen(spark, solo)
+    report = run_reconstruct(spark, str(events), str(out))  # the lease was given back
+    assert report["as_of_seq"] == max(r["seq"] for r in rows)
