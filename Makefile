@@ -95,7 +95,7 @@ test: install ## run the test suite on TEST_WORKERS workers (PYTEST_ARGS="-k ...
 test-native: $(STAMP) ## cargo test on the native workspace (native/: the Rust model and its Python face)
 	@test -n "$(CARGO)" || { echo "make: cargo not found (not on PATH, not in ~/.cargo/bin): cannot test native/; install Rust (https://rustup.rs)" >&2; exit 1; }
 	cd native && $(NATIVE_ENV) LD_LIBRARY_PATH=$(PYLIBDIR)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} cargo test --workspace
-	@# library code has no panic paths (unwrap/expect/panic/unreachable/todo: denied in lib.rs)
+	@# library code has no panic paths (unwrap/expect/panic/unreachable/todo: denied by [workspace.lints] in native/Cargo.toml)
 	@if (cd native && $(CARGO) clippy --version >/dev/null 2>&1); then \
 	  cd native && $(NATIVE_ENV) $(CARGO) clippy --workspace --lib -q -- -D warnings; \
 	else echo "make: cargo clippy not installed: the no-panic rule of native/ is not checked" >&2; fi

@@ -15,20 +15,7 @@
 //! The Python model is the reference: every outcome, counter, history row and state
 //! field is the same for every input, its quirks included.
 
-// Library code never panics on input: a panic inside a Spark Python worker would end the
-// worker, so every failure is an error value. Enforced by `make lint` (clippy); tests may
-// unwrap (a panicking test is a failing test).
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::expect_used,
-        clippy::unwrap_used,
-        clippy::panic,
-        clippy::unreachable,
-        clippy::todo,
-        clippy::unimplemented
-    )
-)]
+// Library code never panics on input (the lints of `[workspace.lints]` in ../Cargo.toml).
 
 /// The model's insertion-ordered maps. Their order is insertion order whatever the
 /// hasher; Fx hashing (rustc's) is several times cheaper than SipHash on the short

@@ -2,6 +2,9 @@
 //! `Replayer` on every profile, with units (MULTI/EXEC, scripts and their `lua` rows),
 //! blocking reads and client activity: nothing may panic, whatever the input.
 
+// a test may unwrap: a panicking test is a failing test (../Cargo.toml, [workspace.lints])
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use pelmodel::replay::PROFILES;
 use pelmodel::{Replayer, Unit};
 

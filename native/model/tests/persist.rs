@@ -2,6 +2,9 @@
 //! interrupted (every outcome, every drained history row, the final state), and
 //! `load` never panics, whatever the data (mutated dumps, then replayed further).
 
+// a test may unwrap: a panicking test is a failing test (../Cargo.toml, [workspace.lints])
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use pelmodel::history::HistoryTables;
 use pelmodel::persist::{self, Datum, PlainSections, StateData, StateError, STATE_SCHEMA};
 use pelmodel::replay::PROFILES;

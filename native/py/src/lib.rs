@@ -10,20 +10,7 @@
 //! Every entry point turns a Rust panic into a Python exception (`RuntimeError`), and
 //! input of the wrong type into `TypeError`/`ValueError` naming the column.
 
-// Library code never panics on input: a panic inside a Spark Python worker would end the
-// worker, so every failure is an error value. Enforced by `make lint` (clippy); tests may
-// unwrap (a panicking test is a failing test).
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::expect_used,
-        clippy::unwrap_used,
-        clippy::panic,
-        clippy::unreachable,
-        clippy::todo,
-        clippy::unimplemented
-    )
-)]
+// Library code never panics on input (the lints of `[workspace.lints]` in ../Cargo.toml).
 
 pub mod cols;
 pub mod describe;
