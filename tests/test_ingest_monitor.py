@@ -15,6 +15,7 @@ from pelengine.ingest.monitor import (
     parse_file,
     parse_line,
 )
+from pelengine.model.text import raw_bytes
 
 
 def repr_arg(data: bytes) -> str:
@@ -73,7 +74,9 @@ def test_every_escape() -> None:
         "",
         "sp ace",
     ]
-    # an argument that is not UTF-8 has every high byte escaped, as every path writes it
+    # an argument that is not UTF-8 has every high byte escaped, as every path writes it;
+    # so has one whose text holds a backslash and x, with its backslash as \x5c
+    assert parse_line(r'1.5 [0 lua] "k\\xfe" "k\xfe"').argv == ["k\\x5cxfe", "k\\xfe"]
     assert parse_line(r'1.5 [0 1.1.1.1:1] "\xe2\x82\xac\xff" "\xe2\x82\xac"').argv == [
         "\\xe2\\x82\\xac\\xff",
         "\u20ac",
@@ -89,7 +92,12 @@ def test_round_trip_of_random_arguments() -> None:
             + rng.choice(["", "é", "€", "日本"])
             for _ in range(rng.randint(1, 6))
         ]
-        assert parse_line(line("1.000002", 1, "h:1", *args)).argv == args
+        got = parse_line(line("1.000002", 1, "h:1", *args)).argv
+        # the exact bytes come back; text holding "\x" is written escaped (docs/input.md)
+        assert [raw_bytes(a) for a in got] == [a.encode() for a in args]
+        assert [a for a, b in zip(got, args, strict=True) if a != b] == [
+            a for a, b in zip(got, args, strict=True) if "\\x" in b
+        ]
 
 
 @pytest.mark.parametrize(

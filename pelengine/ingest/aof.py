@@ -391,7 +391,7 @@ def iter_commands(
             if buf[end : end + 2] != "\r\n":
                 raise AofFormatError(f"{name}: offset {base + end}: argument not followed by CRLF")
             arg = buf[begin:end]
-            append(arg if arg.isascii() else _decode(arg.encode("latin-1")))
+            append(arg if arg.isascii() and "\\x" not in arg else _decode(arg.encode("latin-1")))
             p = end + 2
         pos = p
         yield base + pos, argv, None

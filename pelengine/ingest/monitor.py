@@ -132,7 +132,10 @@ def _unquote(text: str, pos: int) -> tuple[str, int]:
                 continue
             raise MonitorParseError(f"unknown escape \\{nxt} at column {i + 1}")
         if ch == '"':
-            return ("".join(out) if raw is None else readable(bytes(raw))), i + 1
+            if raw is None:
+                value = "".join(out)
+                return (value if "\\x" not in value else readable(value.encode())), i + 1
+            return readable(bytes(raw)), i + 1
         if raw is None:
             out.append(ch)
         else:

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pelengine.model import listpack as lp
 from pelengine.model.calls import BlockedRead, Call, Model
 from pelengine.model.ids import (
-    I64_MAX,
-    I64_MIN,
     MAX_ID,
     U64_MAX,
     ZERO_ID,
@@ -94,6 +92,13 @@ def _any_id(text: str) -> StreamID:
 # Without ``strict``: Redis 7.0 up to 7.4.1 (and Valkey 8.0).
 
 
+def wrap_i64(value: int) -> int:
+    """``value`` as the server's signed 64-bit arithmetic leaves it: counters set to
+    extremes (``ENTRIESREAD 9223372036854775807``) wrap there, checked against a live
+    server (tests/redis_diff/test_binary_and_extremes.py)."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
 def range_has_tombstones(stream: Stream, start: StreamID | None, strict: bool = False) -> bool:
     """True when an XDEL tombstone may lie at or after ``start`` (the server's estimate:
     anything at or before the largest deleted ID). Before the strict rules, a largest
@@ -123,16 +128,16 @@ def estimate_entries_read(stream: Stream, entry_id: StreamID, strict: bool = Fal
     mdel = stream.max_deleted_entry_id
     if mdel == ZERO_ID or mdel < stream.first_id:
         if entry_id < stream.first_id:
-            return stream.entries_added - stream.length
+            return wrap_i64(stream.entries_added - stream.length)
         if entry_id == stream.first_id:
-            return stream.entries_added - stream.length + 1
+            return wrap_i64(stream.entries_added - stream.length + 1)
     return INVALID_ENTRIES_READ
 
 
 def group_lag(stream: Stream, group: Group, strict: bool = False) -> int | None:
-    """The lag XINFO GROUPS reports, or None where the server replies nil; None too for a
-    lag beyond a signed 64-bit integer (only counters a snapshot or ``ENTRIESREAD`` set to
-    extremes give one: the server's own subtraction overflows there)."""
+    """The lag XINFO GROUPS reports, or None where the server replies nil. Counters a
+    snapshot or ``ENTRIESREAD`` set to extremes make the server's subtraction overflow:
+    it wraps, and so does this (:func:`wrap_i64`)."""
     if not stream.entries_added:
         return 0
     if group.entries_read != INVALID_ENTRIES_READ and not range_has_tombstones(
@@ -144,7 +149,7 @@ def group_lag(stream: Stream, group: Group, strict: bool = False) -> int | None:
         if estimate == INVALID_ENTRIES_READ:
             return None
         lag = stream.entries_added - estimate
-    return lag if I64_MIN <= lag <= I64_MAX else None
+    return wrap_i64(lag)
 
 
 def _count_read(stream: Stream, group: Group, entry_id: StreamID, strict: bool) -> None:
@@ -162,7 +167,7 @@ def _count_read(stream: Stream, group: Group, entry_id: StreamID, strict: bool) 
     else:
         trusted = trusted and not range_has_tombstones(stream, entry_id)
     if trusted:
-        group.entries_read += 1
+        group.entries_read = wrap_i64(group.entries_read + 1)  # the server's ++ wraps
     elif stream.entries_added:
         group.entries_read = estimate_entries_read(stream, entry_id, strict)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pelengine.model.ids import parse_ll
+from pelengine.model.text import byte_length as text_byte_length
 
 HEADER_AND_END = 6 + 1  # total bytes (u32) + element count (u16), and the end marker
 FLAG_SAMEFIELDS = 2
@@ -47,7 +48,9 @@ def int_element(value: int) -> int:
 
 
 def byte_length(text: str) -> int:
-    return len(text.encode("utf-8", "surrogateescape"))
+    """Bytes of the argument ``text`` stands for (its ``\\xhh`` escapes are one byte
+    each: :mod:`pelengine.model.text`)."""
+    return text_byte_length(text)
 
 
 def str_element(text: str) -> int:

@@ -1,20 +1,52 @@
 """The one text form of an argument's bytes (docs/input.md, "argv").
 
 Redis is binary-safe; the events table and the output tables hold text. An argument
-that is valid UTF-8 is itself. One that is not has every byte of 0x80 or more written
-as the four characters ``\\xhh`` (lower-case hex) and every other byte unchanged. The
-conform stage does the same in Spark SQL for a binary ``argv``, and the ingest
-commands write arguments this way, so the same bytes give the same name on every path.
+that is valid UTF-8 and holds no backslash followed by ``x`` is itself. Any other
+argument is written escaped: every byte of 0x80 or more and every backslash as the four
+characters ``\\xhh`` (lower-case hex), every other byte unchanged. The form is lossless:
+in an escaped text every ``\\x`` begins an escape, and an unescaped one has none, so
+:func:`raw_bytes` gives back the exact bytes of every text this module writes. The
+conform stage does the same in Spark SQL, and the ingest commands write arguments this
+way, so the same bytes give the same name on every path.
 """
 
 from __future__ import annotations
 
-_HIGH = {b: f"\\x{b:02x}" for b in range(0x80, 0x100)}
+import re
+
+_ESCAPED = {b: f"\\x{b:02x}" for b in [*range(0x80, 0x100), 0x5C]}
+_ESCAPE = re.compile(rb"\\x([0-9a-f]{2})")
 
 
 def readable(raw: bytes) -> str:
-    """``raw`` as text: itself when it is UTF-8, else its bytes >= 0x80 as ``\\xhh``."""
+    """``raw`` as text: itself when it is UTF-8 without ``\\x``, else escaped."""
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return "".join(_HIGH.get(b) or chr(b) for b in raw)
+        pass
+    else:
+        if "\\x" not in text:
+            return text
+    return "".join(_ESCAPED.get(b) or chr(b) for b in raw)
+
+
+def needs_escape(text: str) -> bool:
+    """Whether a valid UTF-8 ``text`` is not its own form (it holds ``\\x``)."""
+    return "\\x" in text
+
+
+def raw_bytes(text: str) -> bytes:
+    """The bytes ``text`` stands for: each ``\\xhh`` is the byte hh (the inverse of
+    :func:`readable`)."""
+    raw = text.encode("utf-8", "surrogateescape")
+    if b"\\x" not in raw:
+        return raw
+    return _ESCAPE.sub(lambda m: bytes((int(m[1], 16),)), raw)
+
+
+def byte_length(text: str) -> int:
+    """``len(raw_bytes(text))``, without building the bytes."""
+    raw = text.encode("utf-8", "surrogateescape")
+    if b"\\x" not in raw:
+        return len(raw)
+    return len(raw) - 3 * len(_ESCAPE.findall(raw))

@@ -115,9 +115,13 @@ def check_event_types(schema: StructType) -> None:
 
 
 def _readable_argv(argv: Column, element: DataType) -> Column:
-    """``argv`` as ARRAY<STRING> of valid UTF-8, each argument unchanged where it is valid
-    UTF-8; in an argument that is not, every byte of 0x80 or more is written as the four
-    characters ``\\xhh`` (docs/input.md). Binary arguments are read as their bytes."""
+    """``argv`` as ARRAY<STRING> in the text form of :mod:`pelengine.model.text`
+    (docs/input.md). A binary argument is its bytes: itself when they are UTF-8 without
+    ``\\x``, else escaped (every byte of 0x80 or more and every backslash as ``\\xhh``).
+    A string argument is already text in that form (the form the ingest commands write:
+    a ``\\xhh`` in it stands for the byte hh) unless its bytes are not UTF-8; then it is
+    escaped as a binary one would be."""
+    binary = isinstance(element, BinaryType)
     if isinstance(element, NullType):
         return argv.cast(ArrayType(StringType()))
 
@@ -131,14 +135,18 @@ def _readable_argv(argv: Column, element: DataType) -> Column:
             F.transform(
                 F.sequence(F.lit(1), F.greatest(F.octet_length(raw), F.lit(1))),
                 lambda i: F.when(
-                    F.hex(F.substring(raw, i, 1)) < F.lit("80"),
+                    (F.hex(F.substring(raw, i, 1)) < F.lit("80"))
+                    & (F.hex(F.substring(raw, i, 1)) != F.lit("5C")),
                     F.substring(raw, i, 1).cast(StringType()),
                 ).otherwise(F.concat(F.lit("\\x"), F.lower(F.hex(F.substring(raw, i, 1))))),
             ),
         )
         return (
             F.when(x.isNull(), F.lit(None).cast(StringType()))
-            .when(F.is_valid_utf8(text), text)
+            .when(
+                F.is_valid_utf8(text) & ~text.contains("\\x") if binary else F.is_valid_utf8(text),
+                text,
+            )
             .otherwise(escaped)
         )
 
@@ -146,9 +154,12 @@ def _readable_argv(argv: Column, element: DataType) -> Column:
         return argv.cast(ArrayType(StringType()))
     # One check per row, compiled (a lambda over the elements would be interpreted, 12x
     # slower): UTF-8 sequences never span an ASCII separator, so the arguments joined by
-    # one are valid exactly when each is. The escaping runs only for a row that needs it.
+    # one are valid exactly when each is (and a "\\x" cannot span one either). The
+    # escaping runs only for a row that needs it.
     text = argv.cast(ArrayType(StringType()))
-    return F.when(F.is_valid_utf8(F.concat_ws("\n", text)), text).otherwise(F.transform(argv, one))
+    joined = F.concat_ws("\n", text)
+    as_is = F.is_valid_utf8(joined) & ~joined.contains("\\x") if binary else F.is_valid_utf8(joined)
+    return F.when(as_is, text).otherwise(F.transform(argv, one))
 
 
 def _cast_number(

@@ -30,6 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine import storage
+from pelengine.model.text import raw_bytes
 
 UINT64_MAX = 2**64 - 1
 LONG_MAX = 2**63 - 1
@@ -205,7 +206,7 @@ def xpending_summary(
     high = max((r["hi"] for r in per_consumer), key=lambda s: (s["id_ms"], s["id_seq"]))
     consumers = sorted(
         ((r["consumer"], int(r["n"])) for r in per_consumer),
-        key=lambda c: c[0].encode("utf-8", "surrogatepass"),
+        key=lambda c: raw_bytes(c[0]),
     )
     reply: list[Any] = [total, low["id"], high["id"], [[name, str(n)] for name, n in consumers]]
     return PendingAnswer(reply, command, db, as_of_ms, as_of_seq)
@@ -278,7 +279,7 @@ def _repr_bytes(text: str) -> str:
     out = ['"']
     escapes = {0x5C: "\\\\", 0x22: '\\"', 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
     escapes.update({0x07: "\\a", 0x08: "\\b"})
-    for byte in text.encode("utf-8", "surrogateescape"):
+    for byte in raw_bytes(text):
         if byte in escapes:
             out.append(escapes[byte])
         elif 0x20 <= byte <= 0x7E:

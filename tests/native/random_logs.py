@@ -164,7 +164,10 @@ class LogMaker:
         for i in range(nfields):
             argv += [
                 rng.choice(["f", "g", f"f{i}", "x" * rng.randint(1, 90)]),
-                "v" * rng.randint(1, 3),
+                "v" * rng.randint(1, 3)
+                if rng.random() < 0.9
+                # escaped bytes (pelengine.model.text) count one byte each in a node
+                else rng.choice(["\\xfe", "\\x5cx41", "\\x00\\xff" * rng.randint(1, 40)]),
             ]
         if rng.random() < 0.03:
             argv.pop()  # odd number of field/value arguments

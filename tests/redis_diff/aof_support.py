@@ -50,13 +50,15 @@ def copy_aof(server: RedisServer) -> str:
     return workdir
 
 
-def loaded_truth(server: RedisServer, dbs: list[int] | None = None) -> dict[str, list[dict]]:
+def loaded_truth(
+    server: RedisServer, dbs: list[int] | None = None, binary: bool = False
+) -> dict[str, list[dict]]:
     """The state of a fresh server of the same kind (the same binary) that loaded a copy
-    of ``server``'s AOF."""
+    of ``server``'s AOF (``binary``: as :func:`read_truth` reads it)."""
     workdir = copy_aof(server)
     loaded = start_or_fail(server.kind, extra_args=AOF_ARGS, workdir=workdir)
     try:
-        return effects_only(read_truth(loaded, dbs))
+        return effects_only(read_truth(loaded, dbs, binary=binary))
     finally:
         stop_server(loaded)
 

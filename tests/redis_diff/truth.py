@@ -206,12 +206,18 @@ def _cross_check(client: redis.Redis, db: int, key: str, out: dict[str, list]) -
 
 
 def read_truth(
-    server: RedisServer, dbs: list[int] | range | None = None, cross_check: bool = True
+    server: RedisServer,
+    dbs: list[int] | range | None = None,
+    cross_check: bool = True,
+    binary: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
-    """All tables for every stream key in ``dbs`` (default: every db of the server)."""
+    """All tables for every stream key in ``dbs`` (default: every db of the server).
+    ``binary``: names that are not UTF-8 are read as str with their bytes as lone
+    surrogates (``name.encode("utf-8", "surrogateescape")`` is the server's bytes)."""
     tables: dict[str, list[dict[str, Any]]] = {t: [] for t in TABLES}
+    extra = {"encoding_errors": "surrogateescape"} if binary else {}
     for db in dbs if dbs is not None else range(DATABASES):
-        client = server.client(db)
+        client = server.client(db, **extra)
         try:
             for key in stream_keys(client):
                 for table, rows in read_stream(client, db, key, cross_check).items():

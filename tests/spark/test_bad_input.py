@@ -78,7 +78,7 @@ def test_spark_form_of_bytes_equals_the_ingest_form(spark: SparkSession) -> None
     """The conform stage (Spark SQL) and the ingest commands (Python) write the same
     bytes as the same text."""
     rng = random.Random(19)
-    pool = [b"", b"a", b"\\", "é€".encode(), b"\x00", b"\x7f", b"\x80", b"\xc3", b"\xff"]
+    pool = [b"", b"a", b"x", b"\\", "é€".encode(), b"\x00", b"\x7f", b"\x80", b"\xc3", b"\xff"]
     args = [b"".join(rng.choice(pool) for _ in range(rng.randrange(6))) for _ in range(300)]
     df = spark.createDataFrame([(i, 1, [b"XADD", a]) for i, a in enumerate(args)], BINARY_SCHEMA)
     got = {r["seq"]: r["argv"][1] for r in conform_events(df).collect()}
@@ -158,13 +158,15 @@ def test_fractions_and_wide_numbers(spark: SparkSession) -> None:
         ("seq BIGINT, argv ARRAY<STRING>", "lacks required column(s) ts_ms"),
     ],
 )
-def test_columns_of_a_type_that_cannot_be_cast_are_named(ddl: str, says: str) -> None:
+def test_columns_of_a_type_that_cannot_be_cast_are_named(
+    spark: SparkSession, ddl: str, says: str
+) -> None:
     with pytest.raises(InputContractError) as caught:
         check_event_types(_parse_datatype_string(ddl))
     assert says in str(caught.value)
 
 
-def test_types_that_cast_are_accepted() -> None:
+def test_types_that_cast_are_accepted(spark: SparkSession) -> None:  # parses DDL
     for ddl in (
         "seq INT, ts_ms DECIMAL(20,0), argv ARRAY<BINARY>, db BIGINT, client INT, source STRING",
         "seq STRING, ts_ms STRING, argv ARRAY<INT>, db STRING",

@@ -760,10 +760,10 @@ impl StreamStats {
         }
     }
 
-    /// `entries_added - length + extra`, which must fit an i64.
+    /// `entries_added - length + extra` in the server's 64-bit arithmetic (it wraps).
     fn added_minus_length(&self, extra: i64) -> Result<i64, Fail> {
         let value = i128::from(self.entries_added) - self.length as i128 + i128::from(extra);
-        i64::try_from(value).map_err(|_| overflow("entries_read estimate"))
+        Ok(value as i64) // truncation is the server's wrap: the low 64 bits
     }
 }
 
@@ -815,7 +815,7 @@ pub fn range_has_tombstones(stream: &Stream, start: Option<StreamId>, strict: bo
 
 /// The logical read counter of `entry_id`, or -1 when it cannot be known. The strict
 /// rules know nothing of an ID (other than 0-0) below the largest deleted ID.
-/// Err: the estimate does not fit an i64 (only with counters loaded or set so).
+/// Counters loaded or set to extremes wrap as the server's arithmetic does.
 pub fn estimate_entries_read(
     stream: &Stream,
     entry_id: StreamId,
@@ -831,19 +831,15 @@ fn fail_message(fail: Fail) -> String {
     }
 }
 
-/// The lag XINFO GROUPS reports, or None where the server replies nil; Err when it
-/// does not fit an i64 (only with counters loaded or set so).
+/// The lag XINFO GROUPS reports, or None where the server replies nil; counters loaded
+/// or set to extremes wrap as the server's 64-bit subtraction does.
 pub fn try_group_lag(stream: &Stream, group: &Group, strict: bool) -> Result<Option<i64>, String> {
     let s = StreamStats::of(stream);
     if s.entries_added == 0 {
         return Ok(Some(0));
     }
-    let lag = |read: i64| {
-        s.entries_added
-            .checked_sub(read)
-            .map(Some)
-            .ok_or_else(|| fail_message(overflow("lag")))
-    };
+    // the server's subtraction wraps where counters were set to extremes
+    let lag = |read: i64| Ok(Some(s.entries_added.wrapping_sub(read)));
     if group.entries_read != INVALID_ENTRIES_READ && !tombstones(&s, Some(group.last_id), strict) {
         return lag(group.entries_read);
     }
@@ -854,8 +850,7 @@ pub fn try_group_lag(stream: &Stream, group: &Group, strict: bool) -> Result<Opt
     lag(read)
 }
 
-/// The lag XINFO GROUPS reports, or None where the server replies nil; None too for a
-/// lag beyond an i64 (only counters loaded or set to extremes give one), as the Python
+/// The lag XINFO GROUPS reports, or None where the server replies nil, as the Python
 /// model's `group_lag`.
 pub fn group_lag(stream: &Stream, group: &Group, strict: bool) -> Option<i64> {
     try_group_lag(stream, group, strict).unwrap_or(None)
@@ -879,9 +874,7 @@ fn count_read(
         trusted = trusted && !tombstones(s, Some(entry_id), false);
     }
     if trusted {
-        *entries_read = entries_read
-            .checked_add(1)
-            .ok_or_else(|| overflow("entries_read"))?;
+        *entries_read = entries_read.wrapping_add(1); // the server's ++ wraps
     } else if s.entries_added != 0 {
         *entries_read = estimate(s, entry_id, strict)?;
     }

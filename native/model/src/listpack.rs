@@ -46,9 +46,27 @@ pub fn int_element(value: i64) -> i64 {
     size + backlen(size)
 }
 
-/// UTF-8 bytes of a string.
+/// Bytes of the argument `text` stands for: each `\\xhh` escape (two lower-case hex
+/// digits) is one byte (the text form of `pelengine.model.text`).
 pub fn byte_length(text: &str) -> i64 {
-    text.len() as i64
+    let bytes = text.as_bytes();
+    let mut n = bytes.len();
+    let mut i = 0;
+    while let Some(at) = bytes
+        .get(i..)
+        .and_then(|rest| rest.windows(2).position(|w| w == b"\\x"))
+    {
+        let start = i + at;
+        let hex =
+            |b: Option<&u8>| b.is_some_and(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c));
+        if hex(bytes.get(start + 2)) && hex(bytes.get(start + 3)) {
+            n -= 3;
+            i = start + 4;
+        } else {
+            i = start + 2;
+        }
+    }
+    n as i64
 }
 
 /// Bytes of a string element: strings that read as integers are stored as integers.
@@ -121,5 +139,16 @@ mod tests {
         assert_eq!(new_node_bytes(&["f"]), 7 + 2 + 2 + 2 + 3 + 2);
         assert_eq!(entry_bytes(0, 0, &["f"], &["v"], true), 2 + 2 + 2 + 3 + 2);
         assert_eq!(counter_delta(127, 128), 1);
+    }
+
+    #[test]
+    fn escaped_bytes_count_once() {
+        assert_eq!(byte_length("k\\xfe"), 2);
+        assert_eq!(byte_length("\\x5cx41"), 4);
+        assert_eq!(byte_length("\\x\\x41"), 3);
+        assert_eq!(byte_length("\\xZZ\\x"), 6);
+        assert_eq!(byte_length("\\xF0"), 4);
+        assert_eq!(byte_length("é"), 2);
+        assert_eq!(str_element("\\xff\\xfe"), 4);
     }
 }
