@@ -6,8 +6,9 @@ argument is written escaped: every byte of 0x80 or more and every backslash as t
 characters ``\\xhh`` (lower-case hex), every other byte unchanged. The form is lossless:
 in an escaped text every ``\\x`` begins an escape, and an unescaped one has none, so
 :func:`raw_bytes` gives back the exact bytes of every text this module writes. The
-conform stage does the same in Spark SQL, and the ingest commands write arguments this
-way, so the same bytes give the same name on every path.
+conform stage does the same in Spark SQL for a binary ``argv`` (a string ``argv`` is
+read as text already in this form), and the ingest commands write arguments this way,
+so the same bytes give the same name on every path.
 """
 
 from __future__ import annotations

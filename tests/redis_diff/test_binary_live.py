@@ -36,7 +36,7 @@ TOP = b"\xfftop"
 FIELDS = [b"f", b"\x81\xa1a", b"payload"]
 STEPS = 700
 
-# docs/input.md, "Names that are not UTF-8": the bytes a name stands for, in Spark SQL
+# docs/input.md, "The text form of bytes": the bytes a name stands for, in Spark SQL
 NAME_BYTES = (
     "unhex(concat_ws('', transform(regexp_extract_all({c}, '(?s)\\\\\\\\x[0-9a-f]{{2}}|.', 0),"
     " t -> IF(length(t) = 4, substr(t, 3), hex(t)))))"
@@ -124,7 +124,8 @@ def _job_tables(spark: Any, events: str, profile: str) -> dict[str, list[dict[st
 
     result = reconstruct(spark, read_table(spark, events), Settings(profile=profile))
     got = {}
-    for name, table in result.tables.items():
+    for name in TABLES:
+        table = result.tables[name]
         for c in NAMES:
             if c in table.columns:
                 table = table.withColumn(c, F.expr(NAME_BYTES.format(c=f"`{c}`")))
