@@ -27,7 +27,7 @@ from pelengine.config import Config, ConfigError, load_config
 from pelengine.model import resolve_profile
 from pelengine.progress import ProgressReporter, spark_status
 from pelengine.settings import ENGINES
-from pelengine.storage import NativeDeltaRequiredError, Output, RunInProgressError
+from pelengine.storage import NativeDeltaRequiredError, Output, RunInProgressError, check_output
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -184,7 +184,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a SQL query over the tables of an output root (each a view of its name)",
     )
     sql.add_argument("query", metavar="QUERY", help='SQL, e.g. "SELECT * FROM pel LIMIT 5"')
-    sql.add_argument("--out", required=True, metavar="PATH", help="output root of reconstruct")
+    sql.add_argument(
+        "--out", metavar="PATH", help="output root of reconstruct (required unless --schema)"
+    )
+    sql.add_argument(
+        "--catalog", metavar="C", help="catalog tables C.<schema>.<table> (with --schema)"
+    )
+    sql.add_argument(
+        "--schema",
+        metavar="S",
+        help="catalog tables [<catalog>.]S.<table> as reconstruct wrote them, each read at the "
+        "version its last complete run recorded in S._runs (native Delta; default: conf "
+        "output.schema)",
+    )
     fmt = sql.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print a JSON array of row objects")
     fmt.add_argument("--csv", action="store_true", help="print CSV with a header row")
@@ -415,7 +427,7 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError(f"{args.source}: no such AOF file or directory")
     if args.command == "summary" and _is_local(args.out) and not _local_path(args.out).exists():
         raise UsageError(f"--out {args.out}: no such path")
-    if args.command in ("sql", "pending", "report"):
+    if args.command in ("pending", "report") or (args.command == "sql" and args.out):
         _check_out_root(args.out)
     if args.command == "pending":
         ranged = [args.start, args.end, args.count]
@@ -541,7 +553,9 @@ def cmd_sql(spark: SparkSession, args: argparse.Namespace, conf: Config, progres
     from pelengine.read.query import QueryError, render, run_query
 
     try:
-        result = run_query(spark, args.out, args.query, args.limit or None)
+        output = check_output(spark, reconstruct_output(args, conf))
+        where = output if output.by_name else args.out
+        result = run_query(spark, where, args.query, args.limit or None)
     except QueryError as exc:
         raise UsageError(str(exc)) from None
     fmt = "json" if args.json else "csv" if args.csv else "table"

@@ -129,7 +129,7 @@ def describe_pel_as_of(
             f"no pel_history table under {out_path} (written by reconstruct from this "
             "version on: run reconstruct again)"
         )
-    version = storage.run_versions(out_path).get("pel_history")  # the last complete run's
+    version = storage.run_versions(out_path, spark).get("pel_history")  # the last complete run's
     pel = pel_as_of(
         storage.read_table(spark, path, version), as_of_seq=as_of_seq, as_of_ms=as_of_ms
     )

@@ -144,7 +144,7 @@ class SnapshotTables:
 
 def read_snapshot(spark: SparkSession, out_path: str | storage.Output) -> SnapshotTables:
     """``pel`` and ``groups`` of the output root (FileNotFoundError naming a missing one)."""
-    run = storage.run_versions(out_path)  # both tables as one run left them
+    run = storage.run_versions(out_path, spark)  # both tables as one run left them
     return SnapshotTables(
         storage.read_output_table(spark, out_path, "pel", run),
         storage.read_output_table(spark, out_path, "groups", run),

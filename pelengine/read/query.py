@@ -66,14 +66,16 @@ def register_views(
     """Make every table under ``out_path`` a temp view of its name; returns name -> path."""
     tables = find_tables(spark, out_path)
     if not tables:
+        output = storage.as_output(out_path)
+        where = f"in schema {output}" if output.by_name else f"under --out {out_path}"
         raise QueryError(
-            f"no tables under --out {out_path} (expected {', '.join(OUTPUT_TABLES)}: "
+            f"no tables {where} (expected {', '.join(OUTPUT_TABLES)}: "
             "written by pelengine reconstruct)"
         )
     for name in KNOWN_TABLES:
         if name not in tables:
             spark.catalog.dropTempView(name)
-    run = storage.run_versions(out_path)  # every table as the last complete run left it
+    run = storage.run_versions(out_path, spark)  # every table as the last complete run left it
     for name, path in tables.items():
         storage.read_table(spark, path, run.get(name)).createOrReplaceTempView(name)
     return tables

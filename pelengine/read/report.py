@@ -255,7 +255,7 @@ def lag_snapshots(
     one that can no longer be read (vacuumed)."""
     path = storage.table_path(out_path, "groups")
     versions = storage.table_versions(spark, path, MAX_SNAPSHOT_LOOKBACK)
-    newest = storage.run_versions(out_path).get("groups")
+    newest = storage.run_versions(out_path, spark).get("groups")
     if newest is not None:  # not the versions of a run that did not complete
         versions = [v for v in versions if v <= newest]
     kept: list[tuple[int, DataFrame]] = []
@@ -295,7 +295,7 @@ def build_report(
     """Every report table as a DataFrame (nothing written). ``now_ms``: measure idle and
     inactive times at this moment instead of each snapshot's ``as_of_ms``."""
     thresholds = thresholds or Thresholds()
-    run = storage.run_versions(out_path)  # every table as one run left it
+    run = storage.run_versions(out_path, spark)  # every table as one run left it
     pel = storage.read_output_table(spark, out_path, "pel", run)
     ownership = storage.read_output_table(spark, out_path, "ownership", run)
     groups = storage.read_output_table(spark, out_path, "groups", run)

@@ -10,7 +10,7 @@ from pelengine import storage
 
 def summarize(spark: SparkSession, out_path: str | storage.Output, limit: int = 10) -> str:
     """A short readable summary of the PEL and ownership tables under ``out_path``."""
-    run = storage.run_versions(out_path)  # every table as one run left it
+    run = storage.run_versions(out_path, spark)  # every table as one run left it
     pel = storage.read_output_table(spark, out_path, "pel", run)
     own = storage.read_output_table(spark, out_path, "ownership", run)
     groups = storage.read_output_table(spark, out_path, "groups", run)

@@ -134,7 +134,8 @@ def finish_report(
     written: bool | None = None,
 ) -> dict[str, Any]:
     """Complete the run report (options, storage, start, duration) and write it as
-    ``<root>/_run_report.json``; the same for every run."""
+    ``<root>/_run_report.json`` (and, for catalog tables, as a row of ``_runs``); the same
+    for every run."""
     # the run's last word: each table's version, which readers read (storage.run_versions)
     tables = {}
     for name in (*OUTPUT_TABLES, "rejected_events"):
@@ -149,4 +150,5 @@ def finish_report(
     if written is not None:
         report["written"] = written
     storage.write_run_report(output, report)
+    storage.record_run(spark, output, report)
     return report

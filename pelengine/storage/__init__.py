@@ -35,6 +35,12 @@ DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.1"
 #: Format of tables written by name (catalog tables); tests swap it to exercise the path.
 TABLE_FORMAT = "delta"
 RUN_REPORT = "_run_report.json"
+#: Catalog tables: the run record, one row per complete run (the run's last write).
+RUNS_TABLE = "_runs"
+RUNS_SCHEMA = (
+    "finished_at timestamp, as_of_seq bigint, as_of_ms bigint, "
+    "tables map<string,bigint>, report string"
+)
 _SAVE_MODES = {
     "overwrite": "overwrite",
     "append": "append",
@@ -346,12 +352,55 @@ def read_run_report(out: str | Output) -> dict[str, Any] | None:
     return report if isinstance(report, dict) else None
 
 
-def run_versions(out: str | Output) -> dict[str, int]:
+def record_run(spark: SparkSession, out: str | Output, report: dict[str, Any]) -> None:
+    """Catalog tables (an output written by name): append the run's record to the table
+    ``_runs`` of the output's schema, as the run's last write. Its ``tables`` column names
+    each table's Delta version as the run left it, which readers by name read
+    (:func:`run_versions`), so catalog users see whole runs as path users do through
+    ``_run_report.json``. Outputs by path keep only the JSON report."""
+    output = as_output(out)
+    if not output.by_name:
+        return
+    import datetime
+
+    tables = report.get("tables") or {}
+    row = (
+        datetime.datetime.now(datetime.UTC),
+        report.get("as_of_seq"),
+        report.get("as_of_ms"),
+        {str(k): int(v) for k, v in tables.items()},
+        json.dumps(report, sort_keys=True, default=str),
+    )
+    record = spark.createDataFrame([row], RUNS_SCHEMA)
+    write_table(record, output.table(RUNS_TABLE), "append")
+
+
+def _recorded_versions(spark: SparkSession, output: Output) -> dict[str, Any]:
+    """The ``tables`` of the newest row of the output's ``_runs`` table ({} when none)."""
+    from pyspark.sql import functions as F
+
+    runs = output.table(RUNS_TABLE)
+    assert isinstance(runs, Table)
+    _require_native(spark, str(runs))
+    if not spark.catalog.tableExists(runs.name):
+        return {}
+    newest = read_table(spark, runs).orderBy(F.col("finished_at").desc()).first()
+    return dict(newest["tables"] or {}) if newest is not None else {}
+
+
+def run_versions(out: str | Output, spark: SparkSession | None = None) -> dict[str, int]:
     """Each table's Delta version as the last complete run left it: what readers read, so
-    a run killed between two table writes is never seen half-written. Empty when no run
-    report names them (a report from before they were recorded: the latest versions)."""
-    report = read_run_report(out) or {}
-    tables = report.get("tables")
+    a run killed between two table writes is never seen half-written. From the run report
+    under the output's root; for catalog tables without a root, from the newest row of
+    ``_runs`` (:func:`record_run`; needs ``spark``). Empty when no record names them (a
+    report from before they were recorded: the latest versions)."""
+    output = as_output(out)
+    if output.root:
+        tables = (read_run_report(output) or {}).get("tables")
+    elif spark is not None:
+        tables = _recorded_versions(spark, output)
+    else:
+        tables = None
     if not isinstance(tables, dict):
         return {}
     return {str(k): int(v) for k, v in tables.items() if isinstance(v, int)}
@@ -463,7 +512,7 @@ def read_output_table(
             f"no {name} table under --out {root} (expected at {path}; written by "
             "pelengine reconstruct)"
         )
-    version = (run_versions(root) if versions is None else versions).get(name)
+    version = (run_versions(root, spark) if versions is None else versions).get(name)
     return read_table(spark, path, version)
 
 

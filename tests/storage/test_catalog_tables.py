@@ -275,3 +275,107 @@ def test_write_outputs_by_name_in_the_session_catalog(
         assert location and location[0].rstrip("/").endswith("ext/groups")
     finally:
         spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+# ---- whole runs by name: the _runs record (Parquet standing in for Delta) --------------------
+
+
+@pytest.fixture
+def catalog_schema(spark: Any, tmp_path: Path, parquet_as_native: None) -> Iterator[str]:
+    schema = "pelengine_runs_test"
+    spark.sql(f"CREATE SCHEMA {schema} LOCATION '{tmp_path / 'warehouse'}'")
+    try:
+        yield schema
+    finally:
+        spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.mark.spark
+def test_a_run_by_name_ends_by_recording_its_versions_in_runs(
+    spark: Any, catalog_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """finish_report's last write appends the run (each table's version) to ``_runs``;
+    readers by name take the newest row's versions. (Versions come from DESCRIBE HISTORY,
+    which Parquet has not: they are given here.)"""
+    from pelengine.runs.output import finish_report
+    from pelengine.settings import Settings
+
+    output = storage.Output(catalog="spark_catalog", schema=catalog_schema)
+    assert storage.run_versions(output, spark) == {}, "no run recorded yet"
+    for night, version in enumerate((3, 7), start=1):
+        monkeypatch.setattr(
+            storage,
+            "table_version",
+            lambda _spark, ref, v=version: v if ref.name.endswith("`pel`") else v + 1,
+        )
+        report = finish_report(
+            {"as_of_seq": 100 * night, "as_of_ms": 5}, spark, output, Settings(), 0.0
+        )
+        assert report["tables"]["pel"] == version
+    rows = spark.sql(
+        f"SELECT as_of_seq, tables['pel'] AS pel, tables['groups'] AS groups, report "
+        f"FROM spark_catalog.{catalog_schema}._runs ORDER BY finished_at"
+    ).collect()
+    assert [(r["as_of_seq"], r["pel"], r["groups"]) for r in rows] == [(100, 3, 4), (200, 7, 8)]
+    assert '"as_of_seq": 200' in rows[-1]["report"]
+    newest = storage.run_versions(output, spark)
+    assert (newest["pel"], newest["groups"], newest["rejected_events"]) == (7, 8, 8)
+
+
+@pytest.mark.spark
+def test_sql_by_name_reads_every_table_at_the_recorded_run(
+    spark: Any,
+    catalog_schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``pelengine sql --schema S`` registers each table at the version the newest ``_runs``
+    row names (the VERSION AS OF query itself: test_native_reads_and_versions_by_name)."""
+    output = storage.Output(catalog="spark_catalog", schema=catalog_schema)
+    pel = spark.createDataFrame(
+        [(0, "k", "g", "1-0")], "db int, key string, group string, id string"
+    )
+    groups = spark.createDataFrame([(0, "k", "g")], "db int, key string, group string")
+    write_outputs(
+        spark, [("pel", pel), ("groups", groups)], output, txn_app_id=None, txn_version=None
+    )
+    for tables in ({"pel": 1, "groups": 1}, {"pel": 4, "groups": 2}):
+        storage.record_run(spark, output, {"tables": tables})
+    existing = {output.table(n).name for n in ("pel", "groups")}
+    read_at: dict[str, int | None] = {}
+    real_read = storage.read_table
+
+    def read_table(spark_: Any, ref: Any, version: int | None = None) -> Any:
+        if ref.name in existing:
+            read_at[ref.name.split(".")[-1].strip("`")] = version
+            return real_read(spark_, ref)  # Parquet: one version
+        return real_read(spark_, ref, version)
+
+    monkeypatch.setattr(storage, "table_exists", lambda _s, ref: ref.name in existing)
+    monkeypatch.setattr(storage, "read_table", read_table)
+    argv = ["sql", "SELECT count(*) AS n FROM pel JOIN groups USING (db, key, `group`)"]
+    code = cli.run(
+        [*argv, "--catalog", "spark_catalog", "--schema", catalog_schema, "--json"],
+        spark=spark,
+        progress=lambda _: None,
+    )
+    assert code == cli.EXIT_OK, capsys.readouterr().err
+    assert '"n": 1' in capsys.readouterr().out
+    assert read_at == {"pel": 4, "groups": 2}
+
+
+@pytest.mark.spark
+def test_sql_by_name_without_native_delta_says_what_to_do(
+    spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert storage.storage_mode(spark) == storage.EMBEDDED
+    code = cli.run(["sql", "SELECT 1", "--schema", "redis_state"], spark=spark)
+    assert code == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "need native Delta Lake" in err and "Traceback" not in err
+
+
+def test_sql_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
+    sentinel: Any = object()  # a usage error stops before any session use
+    assert cli.run(["sql", "SELECT 1"], spark=sentinel) == cli.EXIT_USAGE
+    assert "no output: give --out PATH, or --schema S" in capsys.readouterr().err
