@@ -22,13 +22,6 @@ from tests.spark.test_incremental import assert_tables_equal
 pytestmark = pytest.mark.spark
 
 
-def _numbered(argvs: list[list[str]], start: int = 1) -> list[dict[str, Any]]:
-    return [
-        {"seq": start + i, "ts_ms": 1000 + start + i, "argv": a, "db": 0, "source": "t"}
-        for i, a in enumerate(argvs)
-    ]
-
-
 def _workload(n: int, seed: int) -> list[dict[str, Any]]:
     return list(generate_events(n, 6, seed=seed))
 
@@ -46,13 +39,15 @@ def _night(
 
 
 def test_a_night_reads_only_the_files_it_added(spark: SparkSession, tmp_path: Path) -> None:
+    """The night's rows are the file it appended; one of them has no seq: it is rejected
+    with its reason and the night stays incremental."""
     rows = _workload(600, 31)
     events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
     for part in (rows[:200], rows[200:400]):
         mode = "append" if table_version(spark, str(events)) is not None else "overwrite"
         write_table(spark.createDataFrame(part, EVENTS_SCHEMA), str(events), mode)
     _night(spark, events, inc)
-    night = rows[400:]
+    night = [*rows[400:], {**rows[-1], "seq": None, "argv": ["XACK", "k", "g", "1-1"]}]
     write_table(spark.createDataFrame(night, EVENTS_SCHEMA), str(events), "append")
     report = _night(spark, events, inc, full)
     inc_report = report["incremental"]
@@ -62,6 +57,7 @@ def test_a_night_reads_only_the_files_it_added(spark: SparkSession, tmp_path: Pa
     assert read["files_added"] >= 1 and read["files_removed"] == 0
     assert (read["rows_new"], read["rows_gone"], read["rows_late"]) == (len(night), 0, 0)
     assert report["events"]["read"] == len(night)
+    assert report["events"]["rejected_by_reason"]["null seq"] == 1  # (and the generator's faults)
 
 
 def test_late_rows_in_a_rewritten_old_file_replay_the_full_history(
@@ -107,47 +103,3 @@ def test_rows_deleted_from_an_old_file_replay_the_full_history(
     read = inc_report["read"]
     assert read["files_added"] >= 2 and read["files_removed"] >= 1
     assert read["rows_gone"] == 1 and read["rows_late"] == 0
-
-
-def test_a_compacted_table_is_not_changed_history(spark: SparkSession, tmp_path: Path) -> None:
-    """OPTIMIZE rewrites every file with the same rows: the night stays incremental, and
-    when the files it removed are gone too (VACUUM) every row is checked instead."""
-    from deltalake import DeltaTable
-
-    rows = _workload(800, 34)
-    events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
-    for i, part in enumerate((rows[:200], rows[200:400], rows[400:600])):
-        write_table(
-            spark.createDataFrame(part, EVENTS_SCHEMA), str(events), "append" if i else "overwrite"
-        )
-    _night(spark, events, inc)
-    DeltaTable(str(events)).optimize.compact()
-    write_table(spark.createDataFrame(rows[600:700], EVENTS_SCHEMA), str(events), "append")
-    # (compared with a full run once, after the last night: suite time)
-    report = _night(spark, events, inc)
-    read = report["incremental"]["read"]
-    assert report["incremental"]["mode"] == "incremental"
-    assert read["files_added"] >= 2 and read["files_removed"] >= 3
-    assert (read["rows_new"], read["rows_gone"], read["rows_late"]) == (100, 0, 0)
-
-    DeltaTable(str(events)).optimize.compact()
-    write_table(spark.createDataFrame(rows[700:], EVENTS_SCHEMA), str(events), "append")
-    table = DeltaTable(str(events))
-    table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
-    report = _night(spark, events, inc, full)
-    assert report["incremental"]["mode"] == "incremental"
-    assert report["incremental"]["read"]["from"] == "every row (digest)"
-
-
-def test_a_night_with_rows_without_seq_continues(spark: SparkSession, tmp_path: Path) -> None:
-    """A row without a seq is rejected wherever it lands; the night stays incremental."""
-    events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
-    first = _numbered([["XADD", "s", "1-1", "f", "v"], ["XGROUP", "CREATE", "s", "g", "0"]])
-    write_table(spark.createDataFrame(first, EVENTS_SCHEMA), str(events), "overwrite")
-    _night(spark, events, inc)
-    night = _numbered([["XREADGROUP", "GROUP", "g", "c", "STREAMS", "s", ">"]], start=3)
-    night.append({"seq": None, "ts_ms": 5000, "argv": ["XACK", "s", "g", "1-1"], "db": 0})
-    write_table(spark.createDataFrame(night, EVENTS_SCHEMA), str(events), "append")
-    report = _night(spark, events, inc, full)
-    assert report["incremental"]["mode"] == "incremental"
-    assert report["events"]["rejected_by_reason"] == {"null seq": 1}
