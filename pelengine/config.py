@@ -17,6 +17,7 @@ import yaml
 
 from pelengine.model import resolve_profile
 from pelengine.settings import ENGINES
+from pelengine.storage.jars import STORES
 
 PACKAGED_DEFAULTS = "defaults.yaml"
 
@@ -70,6 +71,14 @@ class OutputConfig:
 
 
 @dataclass(frozen=True)
+class StorageConfig:
+    """Which Delta Lake the sessions the CLI builds get (pelengine.storage.jars)."""
+
+    store: str = "auto"  # auto, native (delta-spark's jars) or embedded (delta-rs)
+    delta_jars: str | None = None  # folder of delta-spark's jars (default: jars/lib)
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything the CLI reads from configuration."""
 
@@ -87,6 +96,7 @@ class Config:
     report: ReportConfig = field(default_factory=ReportConfig)
     progress: ProgressConfig = field(default_factory=ProgressConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
     sources: tuple[str, ...] = ()
 
 
@@ -202,6 +212,13 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
     )
     if output.catalog and not output.schema:
         raise ConfigError(f"{origin}: 'output.catalog' needs 'output.schema'")
+    sto = _section(raw, "storage", origin)
+    store = _opt_str(sto, "store", "storage.store", origin) or "auto"
+    if store not in STORES:
+        raise ConfigError(f"{origin}: 'storage.store': {store!r} is not one of {', '.join(STORES)}")
+    storage = StorageConfig(
+        store=store, delta_jars=_opt_str(sto, "delta_jars", "storage.delta_jars", origin) or None
+    )
     return Config(
         profile=profile,
         node_max_entries=node_max_entries,
@@ -214,6 +231,7 @@ def from_mapping(raw: Mapping[str, Any], origin: str = "config") -> Config:
         report=report,
         progress=progress,
         output=output,
+        storage=storage,
     )
 
 

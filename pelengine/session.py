@@ -22,6 +22,12 @@ def launched_by_spark_submit() -> bool:
 def build_session(conf: Config, progress: Callable[[str], None] | None = None) -> SparkSession:
     """A SparkSession from `conf.spark`, with the project's storage installed.
 
+    The store is chosen here, before the JVM starts (`conf.storage`,
+    :func:`pelengine.storage.jars.session_conf`): with native Delta the session gets
+    delta-spark's jars (`spark.jars`), the Delta SQL extension and catalog. Under
+    spark-submit the JVM already runs: its `--jars` and `--conf` decide, and
+    :func:`pelengine.storage.install_storage` refuses a half-configured native Delta.
+
     `spark.master` from the config applies only outside spark-submit, whose
     `--master` (and driver settings) win. On Databricks the platform's session is used as
     it is: no master, no `spark.conf` keys, no log level (serverless refuses them, and
@@ -29,7 +35,8 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
     """
     from pyspark.sql import SparkSession
 
-    from pelengine.storage import install_storage
+    from pelengine.storage import install_storage, is_remote_session, storage_reason
+    from pelengine.storage.jars import EXTENSIONS_CONF, session_conf
 
     if on_databricks():
         spark = SparkSession.builder.getOrCreate()
@@ -47,12 +54,21 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
         builder = builder.master(conf.spark.master)
     for key, value in conf.spark.conf.items():
         builder = builder.config(key, value)
+    why = "spark-submit's --jars and --conf decide"
+    if not submitted:
+        choice = session_conf(
+            conf.storage.store, conf.storage.delta_jars, conf.spark.conf.get(EXTENSIONS_CONF)
+        )
+        for key, value in choice.conf.items():
+            builder = builder.config(key, value)
+        why = choice.why
     spark = builder.getOrCreate()
-    if conf.spark.log_level:
+    if conf.spark.log_level and not is_remote_session(spark):
         spark.sparkContext.setLogLevel(conf.spark.log_level)
-    mode = install_storage(spark)
+    mode = install_storage(spark, why)
     if progress is not None:
-        progress(f"spark {spark.version} ({spark.sparkContext.master}), storage {mode}")
+        where = "Spark Connect" if is_remote_session(spark) else spark.sparkContext.master
+        progress(f"spark {spark.version} ({where}), storage {mode}: {storage_reason(spark)}")
     return spark
 
 

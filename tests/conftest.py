@@ -14,24 +14,77 @@ import pytest
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """A local[2] Spark session with the project's storage seam installed (UTC, UI off)."""
+#: The Delta Lake this test run's sessions use: "native" (delta-spark's jars, which `make
+#: install` fetches into jars/lib) or "embedded" (delta-rs). `make test` runs the suite on
+#: native Delta, then the tests marked `stores` (and `embedded`) again on the embedded store.
+#: The CLI children the tests start inherit it through PELENGINE_STORE.
+STORE = os.environ.get("PELENGINE_TEST_STORE", "native")
+if STORE not in ("native", "embedded"):
+    raise pytest.UsageError(f"PELENGINE_TEST_STORE={STORE!r}: expected native or embedded")
+os.environ["PELENGINE_STORE"] = STORE
+
+
+def pytest_report_header() -> str:
+    return f"pelengine store: {STORE} (PELENGINE_TEST_STORE)"
+
+
+#: "stores": the embedded store's second pass of `make test`, which runs only the tests
+#: marked `stores` (both stores) and `embedded` (the embedded store itself)
+PASS = os.environ.get("PELENGINE_TEST_PASS", "")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect (not skip) what this run's store cannot run: on native Delta the tests of
+    the embedded store itself (`embedded`), on the embedded store those needing native
+    Delta (`native_delta`); in the second pass only the `stores` and `embedded` tests."""
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marks = {m.name for m in item.iter_markers()}
+        if STORE == "native":
+            runs = "embedded" not in marks
+        else:
+            runs = "native_delta" not in marks
+            if PASS == "stores":
+                runs = runs and bool(marks & {"embedded", "stores"})
+        (keep if runs else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def spark_builder(app_name: str = "pelengine-tests") -> object:
+    """The builder of the suite's sessions (local[2], 2 shuffle partitions, UTC, UI off),
+    with this run's store chosen the way the CLI chooses it."""
     from pyspark.sql import SparkSession
 
+    from pelengine.storage.jars import session_conf
+
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]")
-        .appName("pelengine-tests")
+        .appName(app_name)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
-        .getOrCreate()
     )
-    from pelengine.storage import install_storage
+    for key, value in session_conf(STORE).conf.items():
+        builder = builder.config(key, value)
+    return builder
 
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """A local[2] Spark session with the project's storage seam installed (UTC, UI off), on
+    this run's store."""
+    from pelengine.storage import install_storage, storage_mode
+
+    session = spark_builder().getOrCreate()  # type: ignore[attr-defined]
     install_storage(session)
+    assert storage_mode(session) == STORE, (
+        f"asked for {STORE}, the session has {storage_mode(session)}"
+    )
     yield session
     session.stop()

@@ -145,6 +145,7 @@ def finish_report(
     report["tables"] = tables
     report["options"] = asdict(settings)
     report["storage"] = storage.storage_mode(spark)
+    report["storage_reason"] = storage.storage_reason(spark)
     report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     report["duration_s"] = round(time.time() - started, 3)
     if written is not None:

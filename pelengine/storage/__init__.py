@@ -2,9 +2,10 @@
 
 Job code reads with ``spark.read.format("delta").load(path)`` and writes with
 ``df.write.format("delta").mode(m).option(...).save(path)`` (or the helpers below). With
-native Delta Lake on the classpath (Databricks, ``--packages io.delta:...``) those calls go
-to it unchanged; otherwise :func:`install_storage` registers an embedded Python data source
-named ``delta`` backed by delta-rs (:mod:`pelengine.storage.embedded`).
+native Delta Lake on the classpath (Databricks; delta-spark's jars, which ``make install``
+fetches and :mod:`pelengine.storage.jars` gives the sessions the project builds) those calls
+go to it unchanged; otherwise :func:`install_storage` registers an embedded Python data
+source named ``delta`` backed by delta-rs (:mod:`pelengine.storage.embedded`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pelengine.storage.jars import (
+    CATALOG_CONF,
+    DELTA_CATALOG,
+    DELTA_EXTENSION,
+    EXTENSIONS_CONF,
+)
 from pelengine.storage.lease import RunInProgressError as RunInProgressError
 from pelengine.storage.lease import run_lease as run_lease
 from pelengine.storage.paths import FILES_OPTION, local_path
@@ -26,13 +33,14 @@ if TYPE_CHECKING:
 NATIVE = "native"
 EMBEDDED = "embedded"
 MODE_CONF = "pelengine.storage.mode"
+#: why the session has the store it has (the run report's ``storage_reason``)
+REASON_CONF = "pelengine.storage.reason"
 DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
-DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
-DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-#: ``spark-submit --packages`` coordinate of native Delta Lake for this project's pins
-#: (pyspark 4.2.0, delta-spark 4.4.1): since Delta 4.x the artifact names its Spark line.
-DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.1"
-#: Format of tables written by name (catalog tables); tests swap it to exercise the path.
+#: the Maven coordinate of native Delta Lake for this project's pins (pyspark 4.2.0,
+#: delta-spark 4.4.0; since Delta 4.x the artifact names its Spark line); ``make install``
+#: fetches it and what it needs into jars/lib (jars/fetch.py)
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+#: Format of tables written by name (catalog tables).
 TABLE_FORMAT = "delta"
 RUN_REPORT = "_run_report.json"
 #: Catalog tables: the run record, one row per complete run (the run's last write).
@@ -52,6 +60,11 @@ _SAVE_MODES = {
 
 
 # --------------------------------------------------------------------------- the guard
+
+
+class StorageSetupError(RuntimeError):
+    """The session has native Delta Lake's classes but not the rest it needs (or was given
+    its jars too late): never answered by falling back to the embedded store."""
 
 
 def on_databricks() -> bool:
@@ -83,38 +96,90 @@ def probe_jvm_delta(spark: SparkSession) -> bool | None:
         return False if "ClassNotFoundException" in str(exc) else None
 
 
-def _configured_extensions(spark: SparkSession) -> str:
+def _conf(spark: SparkSession, key: str) -> str:
     try:
-        return str(spark.conf.get("spark.sql.extensions", "") or "")
+        return str(spark.conf.get(key, "") or "")
     except Exception:
         return ""
 
 
-def choose_storage_mode(
-    has_delta_class: bool | None,
-    extensions: str,
-    register: Callable[[], None],
-) -> str:
-    """Decide native vs embedded; ``register`` installs the embedded source (may raise).
+@dataclass(frozen=True)
+class SessionFacts:
+    """What decides the store, read off a running session: whether the JVM loads Delta's
+    data source (None: cannot be asked, Spark Connect), the SQL extensions, the session
+    catalog, and the jars and packages it was given."""
 
-    Native Delta always wins: a loadable JVM class, or (when the class cannot be probed) the
-    Delta session extension, means native. Otherwise the embedded source is registered; if
-    Spark refuses because a ``delta`` source already exists, that source is native Delta.
-    """
-    if has_delta_class:
-        return NATIVE
-    if has_delta_class is None and DELTA_EXTENSION in extensions:
-        return NATIVE
+    has_delta_class: bool | None
+    extensions: str = ""
+    catalog: str = ""
+    jars: str = ""
+
+    @classmethod
+    def of(cls, spark: SparkSession) -> SessionFacts:
+        jars = ",".join(_conf(spark, k) for k in ("spark.jars", "spark.jars.packages"))
+        return cls(
+            probe_jvm_delta(spark),
+            _conf(spark, EXTENSIONS_CONF),
+            _conf(spark, CATALOG_CONF),
+            jars,
+        )
+
+
+def _delta_setup_missing(facts: SessionFacts) -> list[str]:
+    missing = []
+    if DELTA_EXTENSION not in [e.strip() for e in facts.extensions.split(",")]:
+        missing.append(f"{EXTENSIONS_CONF} does not list {DELTA_EXTENSION}")
+    if facts.catalog != DELTA_CATALOG:
+        missing.append(f"{CATALOG_CONF} is {facts.catalog or 'unset'}, not {DELTA_CATALOG}")
+    return missing
+
+
+def choose_storage_mode(
+    facts: SessionFacts, register: Callable[[], None], why: str = ""
+) -> tuple[str, str]:
+    """(native or embedded, why) for a session with ``facts``; ``register`` installs the
+    embedded source (may raise). ``why`` is what the session builder knew (where the jars
+    came from, or why there were none).
+
+    Native Delta wherever its classes are: a loadable class, or on Spark Connect (which
+    cannot be probed) the Delta extension. With the classes, the extension and catalog must
+    be configured too; Delta's jars given but its classes missing means they came after the
+    JVM started. Both are errors, never a fall back to the embedded store."""
+    if facts.has_delta_class is False and "delta-spark" in facts.jars:
+        raise StorageSetupError(
+            "this session was given delta-spark's jars (spark.jars or spark.jars.packages) "
+            "but its JVM cannot load Delta Lake's classes: the jars came after the JVM "
+            "started (a Spark session already running in this process, or a conf set on a "
+            "running session). Give them when the JVM starts: spark-submit --jars, or the "
+            "first session's builder"
+        )
+    native = facts.has_delta_class or (
+        facts.has_delta_class is None and DELTA_EXTENSION in facts.extensions
+    )
+    if native:
+        missing = _delta_setup_missing(facts)
+        if missing:
+            raise StorageSetupError(
+                "Delta Lake's classes are on this session's classpath but "
+                + " and ".join(missing)
+                + f": build the session with --conf {EXTENSIONS_CONF}={DELTA_EXTENSION} "
+                f"--conf {CATALOG_CONF}={DELTA_CATALOG} (pelengine will not write a Delta "
+                "table through the embedded store while native Delta is present)"
+            )
+        where = "this Spark Connect server has" if facts.has_delta_class is None else "has"
+        reason = f"native Delta Lake: the session {where} delta-spark's classes"
+        return NATIVE, reason + (f" ({why})" if why else "")
     try:
         register()
     except Exception as exc:
         if _is_already_exists(exc):
-            return NATIVE
+            return NATIVE, "native Delta Lake: a delta data source is already registered"
         raise RuntimeError(
             f"No native Delta Lake found and the embedded delta data source could not be "
             f"registered: {exc}"
         ) from exc
-    return EMBEDDED
+    reason = "embedded delta-rs store: no delta-spark classes on the classpath"
+    return EMBEDDED, reason + (f" ({why})" if why else "")
 
 
 def _is_already_exists(exc: BaseException) -> bool:
@@ -122,8 +187,10 @@ def _is_already_exists(exc: BaseException) -> bool:
     return "DATA_SOURCE_ALREADY_EXISTS" in text or "already exists" in text.lower()
 
 
-def install_storage(spark: SparkSession) -> str:
-    """Make ``format("delta")`` work in this session; returns "native" or "embedded".
+def install_storage(spark: SparkSession, why: str = "") -> str:
+    """Make ``format("delta")`` work in this session; returns "native" or "embedded", and
+    records it and why (:func:`storage_reason`). ``why``: what the session builder knew
+    (:func:`pelengine.storage.jars.session_conf`).
 
     On Databricks Delta Lake is the platform's own: native, without probing (no ``_jvm``, no
     data source registration: neither exists on serverless)."""
@@ -132,16 +199,17 @@ def install_storage(spark: SparkSession) -> str:
         return current
 
     if on_databricks():
-        spark.conf.set(MODE_CONF, NATIVE)
-        return NATIVE
+        mode, reason = NATIVE, "native Delta Lake: the Databricks runtime's own"
+    else:
 
-    def register() -> None:
-        from pelengine.storage.embedded import DeltaDataSource
+        def register() -> None:
+            from pelengine.storage.embedded import DeltaDataSource
 
-        spark.dataSource.register(DeltaDataSource)
+            spark.dataSource.register(DeltaDataSource)
 
-    mode = choose_storage_mode(probe_jvm_delta(spark), _configured_extensions(spark), register)
+        mode, reason = choose_storage_mode(SessionFacts.of(spark), register, why)
     spark.conf.set(MODE_CONF, mode)
+    spark.conf.set(REASON_CONF, reason)
     return mode
 
 
@@ -151,6 +219,11 @@ def _installed_mode(spark: SparkSession) -> str | None:
     except Exception:
         return None
     return value if value in (NATIVE, EMBEDDED) else None
+
+
+def storage_reason(spark: SparkSession) -> str:
+    """Why :func:`install_storage` chose this session's store."""
+    return _conf(spark, REASON_CONF)
 
 
 def storage_mode(spark: SparkSession) -> str:
@@ -261,11 +334,15 @@ def as_output(out: str | Output) -> Output:
 
 CATALOG_NEEDS_NATIVE = (
     "catalog tables ({what}) need native Delta Lake, and this session has the embedded "
-    "delta-rs source, which reads and writes paths only. Either run where Delta Lake is "
-    "installed (Databricks; or spark-submit --packages " + DELTA_PACKAGE + " --conf "
-    "spark.sql.extensions="
+    "delta-rs store, which reads and writes paths only. Either run where Delta Lake is "
+    "installed (Databricks; locally `make install` fetches its jars into jars/lib; "
+    "spark-submit --jars $(cat jars/lib/classpath) --conf "
+    + EXTENSIONS_CONF
+    + "="
     + DELTA_EXTENSION
-    + " --conf spark.sql.catalog.spark_catalog="
+    + " --conf "
+    + CATALOG_CONF
+    + "="
     + DELTA_CATALOG
     + "), or write paths: drop --catalog/--schema (and output.catalog/"
     "output.schema), give --out PATH, and register the tables later where Delta Lake is "

@@ -27,10 +27,11 @@ from pyspark.sql.types import (
 )
 
 from pelengine import storage
-from pelengine.storage.embedded import DeltaDataSource, DeltaStorageError, schema_differences
+from pelengine.storage.embedded import DeltaStorageError, schema_differences
 from tests.storage.delta_fixtures import write_dv_column_mapping_table
 
-pytestmark = pytest.mark.spark
+# the embedded delta-rs store itself: its own pass of `make test` (conftest.py)
+pytestmark = [pytest.mark.spark, pytest.mark.embedded]
 
 UTC = dt.UTC
 SCHEMA = StructType(
@@ -80,46 +81,6 @@ def test_install_is_embedded_and_idempotent(spark: SparkSession) -> None:
     assert storage.probe_jvm_delta(spark) is False  # no Delta jars in this environment
 
 
-def _must_not_register() -> None:
-    raise AssertionError("must not register when native Delta is present")
-
-
-def test_guard_native_class_wins() -> None:
-    assert storage.choose_storage_mode(True, "", _must_not_register) == "native"
-
-
-def test_guard_extension_counts_only_when_class_cannot_be_probed() -> None:
-    ext = "foo.Bar," + storage.DELTA_EXTENSION
-    assert storage.choose_storage_mode(None, ext, _must_not_register) == "native"
-    calls: list[int] = []
-    assert storage.choose_storage_mode(False, ext, lambda: calls.append(1)) == "embedded"
-    assert calls == [1]
-
-
-def test_guard_refused_registration_means_native() -> None:
-    def refuse() -> None:
-        raise RuntimeError("[DATA_SOURCE_ALREADY_EXISTS] Data source 'delta' already exists.")
-
-    assert storage.choose_storage_mode(None, "", refuse) == "native"
-
-
-def test_guard_other_registration_failure_is_reported() -> None:
-    def broken() -> None:
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="could not be registered: boom"):
-        storage.choose_storage_mode(None, "", broken)
-
-
-def test_guard_probe_without_jvm_is_unknown() -> None:
-    class ConnectLike:
-        @property
-        def _jvm(self) -> Any:
-            raise AttributeError("no py4j on Spark Connect")
-
-    assert storage.probe_jvm_delta(ConnectLike()) is None  # type: ignore[arg-type]
-
-
 class _FakeConf:
     def __init__(self, values: dict[str, str]) -> None:
         self.values = values
@@ -163,18 +124,6 @@ def test_native_table_version_uses_describe_history() -> None:
     assert fake.queries == ["DESCRIBE HISTORY delta.`/data/odd``name` LIMIT 1"]
     assert storage.table_version(spark, "/data/none") is None
     assert not storage.table_exists(spark, "/data/none")
-
-
-def test_spark_refuses_registration_over_an_existing_source(spark: SparkSession) -> None:
-    """Spark itself refuses a Python source named like a JVM one; the guard reads that as native."""
-
-    class ShadowParquet(DeltaDataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "parquet"
-
-    mode = storage.choose_storage_mode(None, "", lambda: spark.dataSource.register(ShadowParquet))
-    assert mode == "native"
 
 
 # --------------------------------------------------------------------------- round trips

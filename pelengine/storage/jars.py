@@ -1,0 +1,109 @@
+"""Which Delta Lake a session gets, decided before its JVM starts.
+
+Native Delta Lake is delta-spark's jars on Spark's classpath plus its SQL extension and
+catalog, all given when the JVM starts: `make install` fetches the jars once into
+``jars/lib`` (``jars/fetch.py``), and :func:`session_conf` hands them to the session
+builder as ``spark.jars``. Nothing is downloaded at session start (no
+``spark.jars.packages``). Without them the embedded delta-rs store serves
+(:mod:`pelengine.storage.embedded`).
+
+The choice is the configuration's ``storage.store``: ``auto`` (native Delta when its
+jars are found, else the embedded store), ``native`` (its jars or an error) or
+``embedded`` (never the jars). :func:`pelengine.storage.install_storage` then checks what
+the running session really has and records the store and why in the session.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the store, overriding the configuration's ``storage.store`` (auto, native, embedded)
+STORE_ENV = "PELENGINE_STORE"
+#: a folder holding delta-spark's jars (what ``jars/fetch.py`` writes), overriding the
+#: configuration's ``storage.delta_jars`` and the checkout's ``jars/lib``
+DELTA_JARS_ENV = "PELENGINE_DELTA_JARS"
+STORES = ("auto", "native", "embedded")
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+CATALOG_CONF = "spark.sql.catalog.spark_catalog"
+EXTENSIONS_CONF = "spark.sql.extensions"
+#: Delta's own defaults are sized for clusters: its log snapshot is computed in 50
+#: partitions, which on a few local cores costs seconds per table read
+LOCAL_DELTA_CONF = {"spark.databricks.delta.snapshotPartitions": "2"}
+FETCH_HINT = (
+    "run `make install` (it fetches them with Maven into jars/lib), or name a folder "
+    f"holding them in {DELTA_JARS_ENV} or storage.delta_jars"
+)
+
+
+class StoreChoiceError(RuntimeError):
+    """The configured store cannot be had (native asked for, no jars found)."""
+
+
+def checkout_jars() -> Path:
+    """``jars/lib`` of the source checkout this package runs from (an editable install)."""
+    return Path(__file__).resolve().parents[2] / "jars" / "lib"
+
+
+def find_delta_jars(folder: str | None = None) -> tuple[list[str], str]:
+    """(the jar paths, where they came from) of native Delta: the folder named by
+    ``PELENGINE_DELTA_JARS``, else ``folder`` (``storage.delta_jars``), else the
+    checkout's ``jars/lib``; no jars when the chosen folder has no delta-spark jar."""
+    env = os.environ.get(DELTA_JARS_ENV)
+    if env:
+        where, origin = Path(env), f"{DELTA_JARS_ENV}={env}"
+    elif folder:
+        where, origin = Path(folder), f"storage.delta_jars={folder}"
+    else:
+        where, origin = checkout_jars(), str(checkout_jars())
+    jars = sorted(str(p) for p in where.glob("*.jar")) if where.is_dir() else []
+    if not any(Path(j).name.startswith("delta-spark_") for j in jars):
+        return [], origin
+    return jars, origin
+
+
+@dataclass(frozen=True)
+class StoreChoice:
+    """What a session builder adds before the JVM starts (``conf``), and why (``why``)."""
+
+    conf: dict[str, str]
+    why: str
+
+    @property
+    def native(self) -> bool:
+        return bool(self.conf)
+
+
+def session_conf(
+    store: str = "auto", folder: str | None = None, extensions: str | None = None
+) -> StoreChoice:
+    """The Spark confs of the ``store`` asked for (``PELENGINE_STORE`` wins over it): with
+    native Delta, ``spark.jars``, the Delta SQL extension (after ``extensions`` already
+    configured) and catalog."""
+    store = os.environ.get(STORE_ENV) or store
+    if store not in STORES:
+        raise StoreChoiceError(
+            f"storage.store (or {STORE_ENV}) {store!r} is not one of {', '.join(STORES)}"
+        )
+    if store == "embedded":
+        return StoreChoice({}, "the embedded store was asked for")
+    jars, origin = find_delta_jars(folder)
+    if not jars:
+        if store == "native":
+            raise StoreChoiceError(
+                f"storage.store is native but no delta-spark jars were found in {origin}: "
+                + FETCH_HINT
+            )
+        return StoreChoice({}, f"no delta-spark jars in {origin} ({FETCH_HINT})")
+    ext = [e.strip() for e in (extensions or "").split(",") if e.strip()]
+    if DELTA_EXTENSION not in ext:
+        ext.append(DELTA_EXTENSION)
+    conf = {
+        "spark.jars": ",".join(jars),
+        EXTENSIONS_CONF: ",".join(ext),
+        CATALOG_CONF: DELTA_CATALOG,
+        **LOCAL_DELTA_CONF,
+    }
+    return StoreChoice(conf, f"delta-spark's jars from {origin}")
