@@ -648,7 +648,7 @@ def table_version(spark: SparkSession, path: TableRef) -> int | None:
         return int(rows[0]["version"]) if rows else None
     listed = _local_log_version(path)
     if listed is not False:
-        return listed  # type: ignore[return-value]
+        return listed
     if storage_mode(spark) == EMBEDDED:
         from pelengine.storage.embedded import normalize_table_uri, open_table
 
