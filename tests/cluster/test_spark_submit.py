@@ -6,7 +6,9 @@ is built with the `make dist` commands (a wheel, copied to a .zip for --py-files
 Spark cluster"). Its Python is a virtualenv that has the dependencies but NOT pelengine (as
 on a cluster node), so the driver and the executors — which run the embedded `delta` data
 source's readers and writers and the replay UDFs — can only import pelengine from the
-shipped file. Every output table must equal a local-mode run of the same events.
+shipped file. Every output table must equal a local-mode run of the same events. It runs
+on both stores: with delta-spark's jars given by `--jars` (native Delta on the driver and
+the executors), and without them (the embedded store's writers on the executors).
 
 Marked `cluster` (about a minute): `pytest -m "not cluster"` leaves it out.
 """
@@ -38,8 +40,11 @@ from pelengine.pipeline.reconstruct import reconstruct
 from pelengine.runs.generate import write_generated_events
 from pelengine.schemas import OUTPUT_TABLES
 from pelengine.settings import Settings
+from pelengine.storage.jars import DELTA_CATALOG, DELTA_EXTENSION
+from tests.conftest import STORE
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+# on native Delta (--jars) in make test's first pass, on the embedded store in its second
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.stores]
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -292,12 +297,27 @@ def node_python(tmp_path: Path) -> Path:
     return wrapper
 
 
-def submit_command(master: str, py_files: Path, python: Path, events: str, out: str) -> list[str]:
-    """The README's spark-submit line ("Running on a Spark cluster"), this machine's values."""
+def submit_command(
+    master: str, py_files: Path, python: Path, events: str, out: str, native: bool
+) -> list[str]:
+    """The spark-submit line of docs/deploy.md, this machine's values: with native Delta
+    (``--jars`` of the jars `make install` fetched and the two Delta confs) or without."""
+    delta = []
+    if native:
+        jars = (REPO / "jars" / "lib" / "classpath").read_text().strip()
+        delta = [
+            "--jars",
+            jars,
+            "--conf",
+            f"spark.sql.extensions={DELTA_EXTENSION}",
+            "--conf",
+            f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}",
+        ]
     return [
         str(SPARK_HOME / "bin" / "spark-submit"),
         "--master",
         master,
+        *delta,
         "--py-files",
         str(py_files),
         "--conf",
@@ -344,7 +364,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
     stdout, stderr = tmp_path / "submit.out", tmp_path / "submit.err"
     with open(stdout, "wb") as so, open(stderr, "wb") as se:
         proc = subprocess.Popen(
-            submit_command(standalone.url, py_files, python, events, out),
+            submit_command(standalone.url, py_files, python, events, out, STORE == "native"),
             stdout=so,
             stderr=se,
             stdin=subprocess.DEVNULL,
@@ -366,7 +386,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
     lap("spark-submit")
 
     report = json.loads((Path(out) / "_run_report.json").read_text())
-    assert report["storage"] == "embedded"
+    assert report["storage"] == STORE, report["storage_reason"]
     assert report["output"]["rows"]["pel"] == expected["pel"].num_rows > 0
     starts = (tmp_path / "node-python.log").read_text().splitlines()
     assert any("reconstruct.py" in s for s in starts), "the driver did not run the node Python"

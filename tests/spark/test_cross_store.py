@@ -1,0 +1,61 @@
+"""One output root, both stores: written by one, continued by the other, state included.
+
+A user may run nights with native Delta Lake (Databricks, a cluster with delta-spark's
+jars) and, on another day, with the embedded delta-rs store (a laptop, `--runner` of a
+machine without the jars), or the other way round. The tables and the state under one
+root are Delta tables either store reads and continues: nights alternate stores here, each
+through the real CLI (a process per night, the store chosen by PELENGINE_STORE), and the
+root must equal one full run over the same events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pelengine import storage
+from pelengine.generate import generate_events
+from pelengine.runs.full import run_reconstruct
+from pelengine.schemas import EVENTS_SCHEMA
+from tests.spark.test_incremental import assert_tables_equal
+
+pytestmark = [pytest.mark.spark, pytest.mark.native_delta]
+
+
+def _night(store: str, events: Path, out: Path) -> dict[str, Any]:
+    """`pelengine reconstruct --incremental` in its own process, on ``store``."""
+    cli = str(Path(sys.executable).with_name("pelengine"))
+    env = {**os.environ, "PELENGINE_STORE": store, "PYSPARK_PYTHON": sys.executable}
+    argv = [cli, "reconstruct", "--incremental", "--events", str(events), "--out", str(out)]
+    done = subprocess.run(
+        [*argv, "--json"], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((out / storage.RUN_REPORT).read_text())
+    assert report["storage"] == store, report["storage_reason"]
+    return report
+
+
+def test_a_root_written_by_one_store_is_continued_by_the_other(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    rows = list(generate_events(900, 5, seed=41))
+    cuts = [0, 400, 650, len(rows)]
+    events, out, full = tmp_path / "events", tmp_path / "out", tmp_path / "full"
+    modes = []
+    for night, store in enumerate(("embedded", "native", "embedded")):
+        part = spark.createDataFrame(rows[cuts[night] : cuts[night + 1]], EVENTS_SCHEMA)
+        storage.write_table(part, str(events), "append" if night else "overwrite")
+        report = _night(store, events, out)
+        modes.append((store, report["incremental"]["mode"]))
+    print(f"nights: {modes}")
+    assert modes == [("embedded", "full"), ("native", "incremental"), ("embedded", "incremental")]
+    run_reconstruct(spark, str(events), str(full))  # native, in this process
+    assert_tables_equal(spark, out, full)
