@@ -1,7 +1,8 @@
 """The `pelengine` command line: parse, call the library, print.
 
 Exit codes: 0 success, 1 the job could not produce correct tables (any failure
-while working), 2 usage errors (bad option, missing input path, bad --conf).
+while working, another run's commit to the same table among them), 2 usage errors (bad
+option, missing input path, catalog or schema, bad --conf).
 Results go to stdout, progress lines to stderr.
 
 The console script leaves through :func:`exit_process` (`os._exit`): delta-rs can
@@ -27,7 +28,15 @@ from pelengine.config import Config, ConfigError, load_config
 from pelengine.model import resolve_profile
 from pelengine.progress import ProgressReporter, spark_status
 from pelengine.settings import ENGINES
-from pelengine.storage import NativeDeltaRequiredError, Output, RunInProgressError, check_output
+from pelengine.storage import (
+    CatalogNameError,
+    ConcurrentWriteError,
+    NativeDeltaRequiredError,
+    Output,
+    RunInProgressError,
+    check_output,
+    concurrent_write_error,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -617,12 +626,19 @@ def cmd_report(
 ) -> int:
     """Build, write and print the operational report of an output root."""
     from pelengine.read.report import build_report, describe, write_report
+    from pelengine.storage import persist_where_allowed
 
     thresholds = report_thresholds(args, conf)
     progress(f"building the report of {args.out} ({thresholds})")
     report = build_report(spark, args.out, thresholds, now_ms=args.now_ms)
-    # computed once: written, then its first rows printed
-    report.tables = {name: df.persist() for name, df in report.tables.items()}
+    # computed once: written, then its first rows printed (computed again where the
+    # platform refuses caching: serverless)
+    kept = []
+    for name, df in list(report.tables.items()):
+        persisted = persist_where_allowed(df)
+        if persisted is not None:
+            report.tables[name] = persisted
+            kept.append(persisted)
     try:
         progress("writing " + ", ".join(report.tables))
         counts = write_report(spark, args.out, report)
@@ -631,8 +647,8 @@ def cmd_report(
         else:
             print(describe(report, counts, args.out, args.limit))
     finally:
-        for df in report.tables.values():
-            df.unpersist()
+        for persisted in kept:
+            persisted.unpersist()
     return EXIT_OK
 
 
@@ -788,6 +804,9 @@ def run(
         conf = load_config(args.conf)
         if args.command == "reconstruct":
             reconstruct_output(args, conf)
+        from pelengine.session import connect_url
+
+        connect_url(conf)  # a bad or ambiguous Spark Connect URL is a usage error
     except (UsageError, ConfigError) as exc:
         print(args.usage(), end="", file=sys.stderr)
         print(f"pelengine {args.command}: error: {exc}", file=sys.stderr)
@@ -808,10 +827,12 @@ def run(
     except KeyboardInterrupt:
         print("pelengine: interrupted", file=sys.stderr)
         return 130
-    except NativeDeltaRequiredError as exc:
+    except (NativeDeltaRequiredError, CatalogNameError) as exc:
         print(f"pelengine {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:
+        # Delta Lake's conflict exceptions (another writer committed meanwhile): one sentence
+        exc = concurrent_write_error(exc) or exc
         if not _expected(exc):
             traceback.print_exc(file=sys.stderr)
         print(f"pelengine: {args.command} failed: {describe_failure(exc)}", file=sys.stderr)
@@ -824,9 +845,15 @@ def run(
 
 
 def _expected(exc: BaseException) -> bool:
-    """Errors whose message says it all (missing table or path, input contract): no
-    traceback."""
-    if isinstance(exc, FileNotFoundError | FileExistsError | RunInProgressError):
+    """Errors whose message says it all (missing table or path, input contract, a session
+    whose Delta Lake cannot serve): no traceback."""
+    from pelengine.storage import StorageSetupError
+
+    if isinstance(
+        exc, FileNotFoundError | FileExistsError | RunInProgressError | ConcurrentWriteError
+    ):
+        return True
+    if isinstance(exc, StorageSetupError):
         return True
     return isinstance(exc, ValueError) and type(exc).__module__.startswith("pelengine.")
 

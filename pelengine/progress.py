@@ -7,17 +7,18 @@ gets the time since the run started; while no line came for ``heartbeat_s`` seco
 and their tasks — at most one such line per ``heartbeat_s``, so logs stay short.
 
 The Spark side (:func:`spark_status`) reads the classic ``SparkContext``'s status
-tracker. Spark Connect / serverless sessions have no ``SparkContext``: there the
-heartbeat still prints, without stage details.
+tracker. Spark Connect sessions have no ``SparkContext``: there it reads the execution
+progress the server streams with each running query (a progress handler registered on
+the session); where neither exists the heartbeat still prints, without stage details.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,12 +46,13 @@ def format_duration(seconds: float) -> str:
 
 
 def spark_status(spark: SparkSession) -> Status | None:
-    """A function describing the running Spark stages, or None when the session has no
-    ``SparkContext`` (Spark Connect)."""
+    """A function describing the running Spark stages: from the ``SparkContext``'s status
+    tracker, on Spark Connect from the progress the server reports
+    (:func:`connect_status`); None when the session offers neither."""
     try:
         tracker = spark.sparkContext.statusTracker()
     except Exception:  # Spark Connect: no SparkContext / JVM
-        return None
+        return connect_status(spark)
 
     def status() -> str | None:
         try:
@@ -68,6 +70,56 @@ def spark_status(spark: SparkSession) -> Status | None:
             return None
 
     return status
+
+
+def connect_status(spark: SparkSession) -> Status | None:
+    """Spark Connect: a function describing the stages of the queries running now, from the
+    execution progress the server streams back with each (a progress handler registered on
+    the session; the last report per query is kept until it is done). None when the session
+    cannot take a handler."""
+    try:
+        from pyspark.sql.connect.shell.progress import ProgressHandler
+    except Exception:  # no Spark Connect client installed
+        return None
+
+    class Latest(ProgressHandler):
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.running: dict[str, tuple[list[Any], int]] = {}
+
+        def __call__(
+            self,
+            stages: Iterable[Any] | None,
+            inflight_tasks: int,
+            operation_id: str | None,
+            done: bool,
+        ) -> None:
+            with self.lock:
+                if done:
+                    self.running.pop(operation_id or "", None)
+                else:
+                    self.running[operation_id or ""] = (list(stages or ()), inflight_tasks)
+
+        def status(self) -> str | None:
+            with self.lock:
+                running = list(self.running.values())
+            parts = []
+            for stages, inflight in running:
+                active = [s for s in stages if not s.done][:3]
+                parts += [
+                    f"stage {s.stage_id}: {s.num_completed_tasks}/{s.num_tasks} tasks done"
+                    for s in active
+                ]
+                if active:
+                    parts[-1] += f", {inflight} running"
+            return "spark " + "; ".join(parts[:3]) if parts else None
+
+    handler = Latest()
+    try:
+        spark.registerProgressHandler(handler)
+    except Exception:  # not a Connect session, or one without progress reports
+        return None
+    return handler.status
 
 
 class ProgressReporter:

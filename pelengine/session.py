@@ -7,16 +7,52 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pelengine.config import Config
+from pelengine.config import Config, ConfigError
 from pelengine.storage import on_databricks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+#: the Spark Connect server to use, as PySpark and spark-submit --remote name it: the
+#: environment variable, or the Spark conf key (the configuration's ``spark.conf``)
+REMOTE_ENV = "SPARK_REMOTE"
+REMOTE_CONF = "spark.remote"
+
 
 def launched_by_spark_submit() -> bool:
     """Whether this Python driver was started by spark-submit (its JVM already runs)."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def connect_url(conf: Config) -> str | None:
+    """The Spark Connect server the session connects to (``sc://HOST[:PORT][/;k=v...]``):
+    ``SPARK_REMOTE``, or ``spark.remote`` in the configuration's ``spark.conf``; None
+    without either (a classic session). ConfigError when the two differ or the URL is not
+    an ``sc://`` URL (PySpark's ``local`` remote would start a server inside this process:
+    ``spark.master: local[N]`` is that same Spark without Connect). None on Databricks,
+    whose own session is used as it is, whatever its environment says."""
+    if on_databricks():
+        return None
+    env = os.environ.get(REMOTE_ENV) or None
+    key = conf.spark.conf.get(REMOTE_CONF) or None
+    if env and key and env != key:
+        raise ConfigError(
+            f"{REMOTE_ENV}={display_url(env)} and spark.conf {REMOTE_CONF}="
+            f"{display_url(key)} name two Spark Connect servers: give one"
+        )
+    url = env or key
+    if url is not None and not url.startswith("sc://"):
+        where = REMOTE_ENV if env else f"spark.conf {REMOTE_CONF}"
+        raise ConfigError(
+            f"{where}={display_url(url)}: not a Spark Connect URL (sc://HOST[:PORT]); for a "
+            "local Spark without Connect set spark.master (local[N]) instead"
+        )
+    return url
+
+
+def display_url(url: str) -> str:
+    """``url`` without its parameters (``/;token=...``: never printed)."""
+    return url.split(";", 1)[0].rstrip("/") if ";" in url else url
 
 
 def build_session(conf: Config, progress: Callable[[str], None] | None = None) -> SparkSession:
@@ -32,11 +68,26 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
     `--master` (and driver settings) win. On Databricks the platform's session is used as
     it is: no master, no `spark.conf` keys, no log level (serverless refuses them, and
     there is no `sparkContext` there); set Spark confs in the job's compute instead.
+
+    With a Spark Connect URL (:func:`connect_url`) the session is a Connect client:
+    :func:`connect_session`.
     """
     from pyspark.sql import SparkSession
 
-    from pelengine.storage import install_storage, is_remote_session, storage_reason
-    from pelengine.storage.jars import EXTENSIONS_CONF, session_conf
+    from pelengine.storage import (
+        EMBEDDED,
+        NATIVE,
+        install_storage,
+        is_remote_session,
+        storage_reason,
+    )
+    from pelengine.storage.jars import (
+        EXTENSIONS_CONF,
+        STORE_ENV,
+        StoreChoiceError,
+        session_conf,
+        store_asked,
+    )
 
     if on_databricks():
         spark = SparkSession.builder.getOrCreate()
@@ -45,6 +96,9 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
             runtime = os.environ.get("DATABRICKS_RUNTIME_VERSION")
             progress(f"spark {spark.version} (Databricks runtime {runtime}), storage {mode}")
         return spark
+    url = connect_url(conf)
+    if url is not None:
+        return connect_session(conf, url, progress)
     submitted = launched_by_spark_submit()
     if not submitted:
         # local mode: Python workers run the same interpreter as the driver
@@ -66,9 +120,60 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
     if conf.spark.log_level and not is_remote_session(spark):
         spark.sparkContext.setLogLevel(conf.spark.log_level)
     mode = install_storage(spark, why)
+    asked = store_asked(conf.storage.store)
+    if asked in (NATIVE, EMBEDDED) and mode != asked:
+        raise StoreChoiceError(
+            f"the store asked for is {asked} (storage.store or {STORE_ENV}), but this "
+            f"session has {mode}: {storage_reason(spark)}"
+        )
     if progress is not None:
         where = "Spark Connect" if is_remote_session(spark) else spark.sparkContext.master
         progress(f"spark {spark.version} ({where}), storage {mode}: {storage_reason(spark)}")
+    return spark
+
+
+def connect_session(
+    conf: Config, url: str, progress: Callable[[str], None] | None = None
+) -> SparkSession:
+    """A Spark Connect session on the server at ``url``, with the project's storage checked.
+
+    The server is the Spark: its master, static confs, jars, Python and log level are its
+    own business (set when it starts). Of the configuration's ``spark.conf`` only the keys
+    the server lets a session change (runtime SQL confs: shuffle partitions, session time
+    zone...) are set, on this session only; the others are named in the progress line.
+    The store is the server's: native Delta Lake when its sessions have Delta's extension
+    loaded and its catalog set, otherwise refused (:func:`install_storage`), and so is
+    asking for the embedded store."""
+    from pyspark.sql import SparkSession
+
+    from pelengine.storage import EMBEDDED, StorageSetupError, install_storage, storage_reason
+    from pelengine.storage.jars import STORE_ENV, StoreChoiceError
+
+    store = os.environ.get(STORE_ENV) or conf.storage.store
+    if store == EMBEDDED:
+        raise StorageSetupError(
+            f"storage.store (or {STORE_ENV}) is embedded, but over Spark Connect the store is "
+            "the server's: native Delta Lake, started with the server (the embedded delta-rs "
+            "store is not offered over Spark Connect); unset it or use auto/native"
+        )
+    if store not in ("auto", "native"):
+        raise StoreChoiceError(f"storage.store (or {STORE_ENV}) {store!r} is not auto or native")
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    kept = []
+    for key, value in conf.spark.conf.items():
+        if key == REMOTE_CONF:
+            continue
+        if spark.conf.isModifiable(key):
+            spark.conf.set(key, value)
+        else:
+            kept.append(key)
+    mode = install_storage(spark, "Spark Connect: the server's jars and confs decide")
+    if progress is not None:
+        left = f"; the server's own: {', '.join(kept)}" if kept else ""
+        progress(
+            f"spark {spark.version} (Spark Connect {display_url(url)}), storage {mode}: "
+            f"{storage_reason(spark)}{left}"
+        )
     return spark
 
 

@@ -216,29 +216,62 @@ def _task_argv(bundle: dict[str, Any], values: dict[str, str]) -> list[str]:
 def test_entry_point_runs_with_the_bundle_parameters(
     spark: Any, bundle: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The task's parameters, the variables set to what resolves here: on native Delta a
+    catalog deployment as the bundle's defaults have it (events by name, managed tables by
+    name) in the local session catalog; on the embedded store a path deployment (empty
+    catalog and schema). The bundle's own defaults name the catalog `main`, which this
+    session has not: refused before any work, in one sentence."""
     from pelengine.runs.generate import write_generated_events
     from pelengine.schemas import OUTPUT_TABLES
 
+    native = storage.storage_mode(spark) == storage.NATIVE
     events = str(tmp_path / "events")
     write_generated_events(spark, events, 400, 3, 5)
     defaults = {k: str(v["default"]) for k, v in bundle["variables"].items()}
-    # this machine has no native Delta: a path deployment (empty catalog and schema)
-    values = {**defaults, "events_table": events, "catalog": "", "schema": ""}
-    values["output_root"] = str(tmp_path / "out")
-    argv = _task_argv(bundle, values)
-    assert argv[:2] == ["reconstruct", "--incremental"]
-    assert cli.run(argv, spark=spark, progress=lambda _: None) == cli.EXIT_OK
-    report = json.loads(capsys.readouterr().out)
-    assert report["incremental"]["mode"] == "full"
-    assert report["profile"] == defaults["redis_version"]
-    for name in (*OUTPUT_TABLES, "rejected_events"):
-        assert storage.table_version(spark, str(tmp_path / "out" / name)) == 0, name
-    assert report["output"]["rows"]["streams"] == 3
-    assert (tmp_path / "out" / "_run_report.json").exists()
-    # the bundle's own defaults name catalog tables: refused here, with what to do
-    assert cli.run(_task_argv(bundle, defaults), spark=spark) == cli.EXIT_USAGE
+    schema = "pelengine_bundle"
+    if native:
+        spark.sql(f"CREATE SCHEMA spark_catalog.{schema} LOCATION '{tmp_path / 'warehouse'}'")
+        spark.sql(f"CREATE TABLE spark_catalog.{schema}.events USING delta LOCATION '{events}'")
+        by_name = {"catalog": "spark_catalog", "schema": schema, "output_root": ""}
+        values = {**defaults, "events_table": f"spark_catalog.{schema}.events", **by_name}
+    else:
+        by_path = {"catalog": "", "schema": "", "output_root": str(tmp_path / "out")}
+        values = {**defaults, "events_table": events, **by_path}
+    try:
+        argv = _task_argv(bundle, values)
+        assert argv[:2] == ["reconstruct", "--incremental"]
+        assert cli.run(argv, spark=spark, progress=lambda _: None) == cli.EXIT_OK
+        report = json.loads(capsys.readouterr().out)
+        assert report["incremental"]["mode"] == "full"
+        assert report["profile"] == defaults["redis_version"]
+        assert report["tables"] == dict.fromkeys((*OUTPUT_TABLES, "rejected_events"), 0)
+        assert report["output"]["rows"]["streams"] == 3
+        if native:
+            assert report["output"] == {
+                "path": None,
+                "catalog": "spark_catalog",
+                "schema": schema,
+                "rows": report["output"]["rows"],
+            }
+            runs = spark.table(f"spark_catalog.{schema}._runs").collect()
+            assert [r["tables"] for r in runs] == [report["tables"]]
+            assert (tmp_path / "warehouse" / "pel" / "_delta_log").is_dir(), "managed"
+        else:
+            assert (tmp_path / "out" / "_run_report.json").exists()
+    finally:
+        if native:
+            spark.sql(f"DROP SCHEMA IF EXISTS spark_catalog.{schema} CASCADE")
+    # the bundle's own defaults name catalog tables in Unity Catalog's `main`: refused here,
+    # before any work, in one sentence saying what to do
+    code = cli.run(_task_argv(bundle, defaults), spark=spark, progress=lambda _: None)
+    assert code == cli.EXIT_USAGE
     err = capsys.readouterr().err
-    assert "need native Delta Lake" in err and "--packages" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    if native:
+        assert "this session has no catalog main (it has spark_catalog)" in err
+        assert "on Databricks a Unity Catalog catalog" in err
+    else:
+        assert "need native Delta Lake" in err and "make install" in err
 
 
 # ---- the package's Databricks code path --------------------------------------------------

@@ -86,16 +86,31 @@ class ReplayPlanError(RuntimeError):
     """The physical plan of the replay would not deliver each family's events in seq order."""
 
 
+def physical_plan(df: DataFrame) -> str | None:
+    """The physical plan Spark would run for ``df`` as text: the JVM's ``executedPlan`` on
+    classic Spark (py4j), the server's ``explain`` on Spark Connect (the same tree under an
+    ``== Physical Plan ==`` title); None when the DataFrame offers neither."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is not None:
+        return str(jdf.queryExecution().executedPlan().toString())
+    explain = getattr(df, "_explain_string", None)  # Spark Connect's DataFrame
+    if explain is None:
+        return None
+    text = str(explain(mode="simple"))
+    title = "== Physical Plan =="
+    return text.split(title, 1)[1].strip("\n") if title in text else text
+
+
 def check_replay_plan(replayed: DataFrame) -> None:
     """Refuse a replay plan whose grouped UDF does not read straight from the one sort by
     (keys..., seq) over the one exchange: any other sort between them (one by the keys
     alone) is not stable once it spills, and the replay would fail hours later with
-    ``SeqOrderError`` (or, without that check, write wrong tables). Classic Spark only:
-    a Spark Connect DataFrame has no JVM plan here and is left to the UDF's own check."""
-    jdf = getattr(replayed, "_jdf", None)
-    if jdf is None:
+    ``SeqOrderError`` (or, without that check, write wrong tables). The plan is the
+    JVM's on classic Spark, the server's physical plan (``explain``) on Spark Connect; a
+    DataFrame offering neither is left to the UDF's own check."""
+    plan = physical_plan(replayed)
+    if plan is None:
         return
-    plan = jdf.queryExecution().executedPlan().toString()
     lines = plan.splitlines()
     start = next((i for i, line in enumerate(lines) if "FlatMapGroupsInArrow" in line), None)
     if start is None:

@@ -140,7 +140,8 @@ def describe_pel_as_of(
     if group is not None:
         pel = pel.filter(F.col("group") == group)
         scope.append(f"group {group}")
-    pel = pel.cache()
+    cached = storage.persist_where_allowed(pel)  # None: serverless refuses caching
+    pel = cached if cached is not None else pel
     try:
         stats = pel.agg(
             F.count(F.lit(1)),
@@ -167,7 +168,8 @@ def describe_pel_as_of(
             .collect()
         )
     finally:
-        pel.unpersist()
+        if cached is not None:
+            cached.unpersist()
     if total:
         moment = f"seq {seen_seq} / {seen_ms} ms"
     else:

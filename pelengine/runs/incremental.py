@@ -19,14 +19,16 @@ A run (``pelengine reconstruct --incremental``):
 
 1. reads the events table's current version ``V``; if the state is already
    at ``V`` the run is a no-op (nothing is written, no Delta version moves);
-2. finds what is new from the Delta log (:func:`_new_rows`): only the data files
-   versions after the state's added are read, and the files they removed (a
-   rewrite), whose rows are compared with the added ones. A row gone, or a new row
+2. finds what is new from the Delta log (:func:`_new_rows`; its commit files read as
+   files): only the data files versions after the state's added rows with are read;
+   where they removed rows (a rewrite), the files removed too, or the change data
+   feed, and the rows compared. A row gone, or a new row
    at or below ``high_seq`` (late), means history changed: every family is replayed
    from the full history, and the report names the families whose rows changed
    (their digests differ). When the log cannot tell (versions past log retention,
-   removed files vacuumed, deletion vectors), the count and digest of every row up to
-   ``high_seq`` are checked instead, as they were before the log was read;
+   removed files vacuumed), the count and digest of every row up to
+   ``high_seq`` are checked instead, as they were before the log was read, and the
+   report says why;
 3. otherwise replays only the new rows: the families they reach
    start from their saved model (a ``state`` row that sorts before their new
    events in the same grouped UDF), every other family's rows are carried over
@@ -189,26 +191,30 @@ def _new_rows(
     """The rows the events table gained from the state's version to ``version``.
 
     From the Delta log when it can tell (:func:`storage.table_changes`): only the data
-    files added since are read; files the newer versions removed (a DELETE, UPDATE, MERGE,
-    OPTIMIZE or overwrite rewrote them) are read too, and a row in a removed file but in
-    no added one is gone, a row in an added file but in no removed one is new. History
-    changed when a row is gone or a new row is late (``seq <= high_seq``). Otherwise
-    (log or files past retention, deletion vectors) every row up to ``high_seq`` is
-    checked against the state's count and digest, as before the log was read."""
-    changes = storage.table_changes(spark, ref, saved.events_version, version)
-    if changes is not None:
+    files versions after the state's added rows with are read; where a commit removed
+    rows (a DELETE, UPDATE, MERGE or overwrite rewrote files) the files removed are read
+    too, or the change data feed, and a row removed but not added back is gone, a row added
+    but not removed is new. History changed when a row is gone or a new row is late
+    (``seq <= high_seq``). Otherwise (a commit past log retention, removed files vacuumed,
+    files that do not hold the rows the log says) every row up to ``high_seq`` is checked
+    against the state's count and digest, and the report says why (``read.why``)."""
+    try:
+        changes = storage.table_changes(spark, ref, saved.events_version, version)
+    except storage.ChangesUnknownError as exc:
+        why = str(exc)
+    else:
         try:
             return _new_rows_from_log(spark, ref, saved, changes, progress)
-        except Exception as exc:  # removed files vacuumed, a file the log names is gone
-            progress(f"the Delta log's files could not be read ({exc}); checking every row")
+        except Exception as exc:  # a file the log names is gone or holds other rows
+            why = f"the files the Delta log names could not be read: {_first_line(exc)}"
     high = saved.high_seq
     progress(
         f"checking the {saved.rows_upto_high:,} rows up to seq {high} against the state "
-        f"(the Delta log from version {saved.events_version} cannot tell what changed)"
+        f"(the Delta log from version {saved.events_version} cannot tell what changed: {why})"
     )
     events = conform_events(storage.read_table(spark, ref, version))
     n, x, null, _ = digest(events, high)
-    read: dict[str, Any] = {"from": "every row (digest)", "rows_checked": n}
+    read: dict[str, Any] = {"from": "every row (digest)", "why": why, "rows_checked": n}
     if (n, x, null) != (saved.rows_upto_high, saved.digest_upto_high, saved.rows_null_seq):
         return NewRows(
             None,
@@ -222,6 +228,16 @@ def _new_rows(
     return NewRows(rows, (n_new, x_new, 0, top), "", read)
 
 
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    lines = str(exc).strip().splitlines()
+    line = lines[0] if lines else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+class LogMismatchError(RuntimeError):
+    """The data files read do not hold the rows the Delta log's statistics say."""
+
+
 def _new_rows_from_log(
     spark: SparkSession,
     ref: storage.TableRef,
@@ -232,19 +248,16 @@ def _new_rows_from_log(
     versions = f"{changes.since + 1}..{changes.until}"
     if changes.change_feed:
         progress(f"events versions {versions}: reading the change data feed")
-        inserted, deleted = storage.read_change_feed(spark, ref, changes)
-        rewritten = True
     else:
         progress(
             f"events versions {versions}: {len(changes.added)} data file(s) added, "
-            f"{len(changes.removed)} removed (from the Delta log)"
+            f"{len(changes.removed)} removed ({changes.how}); reading {changes.files_read}"
         )
-        inserted = storage.read_table_files(spark, ref, changes.until, changes.added)
-        deleted = storage.read_table_files(spark, ref, changes.since, changes.removed)
-        rewritten = bool(changes.removed)
-    inserted, deleted = conform_events(inserted), conform_events(deleted)
+    inserted, deleted = storage.read_changes(spark, ref, changes)
+    inserted = conform_events(inserted)
     gone = 0
-    if rewritten:  # a row in a removed file and in an added one was moved, not changed
+    if deleted is not None:  # a row in a removed file and in an added one was moved
+        deleted = conform_events(deleted)
         new = inserted.exceptAll(deleted)
         gone = deleted.exceptAll(inserted).count()
     else:
@@ -260,16 +273,22 @@ def _new_rows_from_log(
     ).first()
     assert row is not None
     n, late_rows = int(row["n"]), int(row["late"])
+    rows_new = n + int(row["null"])
+    _check_rows(changes, inserted if deleted is not None else None, rows_new, gone)
     read: dict[str, Any] = {
-        "from": "delta log",
+        "from": "change data feed" if changes.change_feed else "delta log",
+        "via": changes.how,
         "versions": versions,
         "files_added": len(changes.added),
         "files_removed": len(changes.removed),
+        "files_read": changes.files_read,
         "change_feed": changes.change_feed,
-        "rows_new": n + int(row["null"]),
+        "rows_new": rows_new,
         "rows_gone": gone,
         "rows_late": late_rows,
     }
+    if changes.note:
+        read["note"] = changes.note
     if gone or late_rows:
         return NewRows(
             None,
@@ -280,6 +299,30 @@ def _new_rows_from_log(
         )
     check = (n, int(row["x"] or 0), int(row["null"]), row["top"])
     return NewRows(new, check, "", read)
+
+
+def _check_rows(
+    changes: storage.TableChanges, inserted: DataFrame | None, rows_new: int, gone: int
+) -> None:
+    """The files read hold the rows the Delta log's statistics say they hold (a file read
+    by a path that names another, or not found, is not silently a night without rows):
+    LogMismatchError otherwise. ``inserted``: the rows read at the newer version, when rows
+    were compared with removed ones (counted here; else they are ``rows_new``)."""
+    if changes.change_feed:
+        return
+    want_new = storage.expected_rows(changes.read_new)
+    want_old = storage.expected_rows(changes.read_old)
+    if want_new is None and want_old is None:
+        return
+    have_new = rows_new if inserted is None else inserted.count()
+    # removed rows = gone + the ones added back (inserted - new)
+    have_old = gone + have_new - rows_new if inserted is not None else 0
+    for what, want, have in (("added", want_new, have_new), ("removed", want_old, have_old)):
+        if want is not None and want != have:
+            raise LogMismatchError(
+                f"the {what} data files read hold {have:,} row(s), the Delta log's "
+                f"statistics say {want:,}"
+            )
 
 
 def run_incremental(

@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from pelengine.storage.deltalog import DataFile as DataFile
+from pelengine.storage.deltalog import TableState as TableState
 from pelengine.storage.jars import (
     CATALOG_CONF,
     DELTA_CATALOG,
@@ -78,6 +80,19 @@ def is_remote_session(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def persist_where_allowed(df: DataFrame) -> DataFrame | None:
+    """``df`` persisted, or None where the platform refuses caching (Databricks serverless,
+    a Spark Connect platform: ``NOT_SUPPORTED_WITH_SERVERLESS``); the caller then uses ``df``
+    as it is (recomputed when used again) and has nothing to unpersist. Spark Connect
+    servers of open-source Spark cache as classic sessions do."""
+    try:
+        return df.persist()
+    except Exception as exc:
+        if "NOT_SUPPORTED_WITH_SERVERLESS" not in str(exc):
+            raise
+        return None
+
+
 def probe_jvm_delta(spark: SparkSession) -> bool | None:
     """True/False if the JVM can/cannot load Delta's data source class; None if unknowable
     (Spark Connect / serverless: no py4j gateway, ``_jvm`` is not touched)."""
@@ -96,6 +111,24 @@ def probe_jvm_delta(spark: SparkSession) -> bool | None:
         return False if "ClassNotFoundException" in str(exc) else None
 
 
+#: a table function Delta Lake's SQL extension registers in every session it extends
+DELTA_TABLE_FUNCTION = "table_changes"
+
+
+def probe_connect_delta(spark: SparkSession) -> bool | None:
+    """Spark Connect (no py4j): whether the server's sessions have Delta Lake's SQL
+    extension loaded, i.e. its table functions (``table_changes``) exist: asked through the
+    catalog, without a job or an error on the server. False for a server without Delta
+    (or with the extension or catalog configured and its jars missing: then the lookup
+    itself fails to load Delta's catalog class); None when it cannot be asked."""
+    try:
+        return bool(spark.catalog.functionExists(DELTA_TABLE_FUNCTION))
+    except Exception as exc:
+        text = str(exc)
+        missing = "ClassNotFoundException" in text or "Cannot find catalog plugin class" in text
+        return False if missing else None
+
+
 def _conf(spark: SparkSession, key: str) -> str:
     try:
         return str(spark.conf.get(key, "") or "")
@@ -106,23 +139,53 @@ def _conf(spark: SparkSession, key: str) -> str:
 @dataclass(frozen=True)
 class SessionFacts:
     """What decides the store, read off a running session: whether the JVM loads Delta's
-    data source (None: cannot be asked, Spark Connect), the SQL extensions, the session
-    catalog, and the jars and packages it was given."""
+    data source (None: cannot be asked), the SQL extensions, the session catalog, and the
+    jars and packages it was given; ``remote``: a Spark Connect session (the server's
+    confs, read over Connect, and in place of the JVM probe whether the server's sessions
+    have Delta's extension loaded: :func:`probe_connect_delta`)."""
 
     has_delta_class: bool | None
     extensions: str = ""
     catalog: str = ""
     jars: str = ""
+    remote: bool = False
 
     @classmethod
     def of(cls, spark: SparkSession) -> SessionFacts:
         jars = ",".join(_conf(spark, k) for k in ("spark.jars", "spark.jars.packages"))
+        remote = is_remote_session(spark)
         return cls(
-            probe_jvm_delta(spark),
+            probe_connect_delta(spark) if remote else probe_jvm_delta(spark),
             _conf(spark, EXTENSIONS_CONF),
             _conf(spark, CATALOG_CONF),
             jars,
+            remote,
         )
+
+
+#: Why a Spark Connect server without native Delta Lake is refused rather than served by
+#: the embedded store: it is a Python data source, so over Connect its readers, writers
+#: and commits would run in the server's Python processes, while this client reads the same
+#: tables' Delta logs itself; nothing the client can set up or check. (It was seen to work
+#: only where client and server share one machine, one filesystem and one Python.)
+CONNECT_NEEDS_NATIVE = (
+    "this Spark Connect server {what}, and the embedded delta-rs store is not "
+    "offered over Spark Connect (its reads, writes and commits would run in the server's "
+    "Python processes, which this client can neither provide nor check). Start the server "
+    "with Delta Lake: spark-submit --class "
+    "org.apache.spark.sql.connect.service.SparkConnectServer --jars <delta-spark's jars: "
+    "$(cat jars/lib/classpath) after `make install`, or --packages "
+    + DELTA_PACKAGE
+    + ") --conf "
+    + EXTENSIONS_CONF
+    + "="
+    + DELTA_EXTENSION
+    + " --conf "
+    + CATALOG_CONF
+    + "="
+    + DELTA_CATALOG
+    + "; or run without Spark Connect (unset SPARK_REMOTE and spark.remote)"
+)
 
 
 def _delta_setup_missing(facts: SessionFacts) -> list[str]:
@@ -141,11 +204,14 @@ def choose_storage_mode(
     embedded source (may raise). ``why`` is what the session builder knew (where the jars
     came from, or why there were none).
 
-    Native Delta wherever its classes are: a loadable class, or on Spark Connect (which
-    cannot be probed) the Delta extension. With the classes, the extension and catalog must
-    be configured too; Delta's jars given but its classes missing means they came after the
-    JVM started. Both are errors, never a fall back to the embedded store."""
-    if facts.has_delta_class is False and "delta-spark" in facts.jars:
+    Native Delta wherever its classes are: a loadable class (on Spark Connect: the Delta
+    extension loaded in the server's sessions), or where that cannot be asked the Delta
+    extension configured. With
+    the classes, the extension and catalog must be configured too; Delta's jars given but
+    its classes missing means they came after the JVM started. Both are errors, never a
+    fall back to the embedded store. A Spark Connect server without native Delta is refused
+    (:data:`CONNECT_NEEDS_NATIVE`): the embedded store is not offered over Connect."""
+    if facts.has_delta_class is False and "delta-spark" in facts.jars and not facts.remote:
         raise StorageSetupError(
             "this session was given delta-spark's jars (spark.jars or spark.jars.packages) "
             "but its JVM cannot load Delta Lake's classes: the jars came after the JVM "
@@ -159,16 +225,27 @@ def choose_storage_mode(
     if native:
         missing = _delta_setup_missing(facts)
         if missing:
+            build = "start the Spark Connect server" if facts.remote else "build the session"
             raise StorageSetupError(
                 "Delta Lake's classes are on this session's classpath but "
                 + " and ".join(missing)
-                + f": build the session with --conf {EXTENSIONS_CONF}={DELTA_EXTENSION} "
+                + f": {build} with --conf {EXTENSIONS_CONF}={DELTA_EXTENSION} "
                 f"--conf {CATALOG_CONF}={DELTA_CATALOG} (pelengine will not write a Delta "
                 "table through the embedded store while native Delta is present)"
             )
-        where = "this Spark Connect server has" if facts.has_delta_class is None else "has"
+        connect = facts.remote or facts.has_delta_class is None
+        where = "this Spark Connect server has" if connect else "has"
         reason = f"native Delta Lake: the session {where} delta-spark's classes"
         return NATIVE, reason + (f" ({why})" if why else "")
+    if facts.remote:
+        if DELTA_EXTENSION in facts.extensions:
+            what = (
+                f"lists {DELTA_EXTENSION} in {EXTENSIONS_CONF} but its sessions do not have "
+                f"it (no {DELTA_TABLE_FUNCTION} function): Delta Lake's jars are missing there"
+            )
+        else:
+            what = f"has no Delta Lake ({EXTENSIONS_CONF} does not list {DELTA_EXTENSION})"
+        raise StorageSetupError(CONNECT_NEEDS_NATIVE.format(what=what))
     try:
         register()
     except Exception as exc:
@@ -354,24 +431,131 @@ class NativeDeltaRequiredError(RuntimeError):
     """Tables by name were asked for in a session without native Delta Lake."""
 
 
+class CatalogNameError(RuntimeError):
+    """Tables by name in a catalog or schema the session does not have: refused before any
+    work (a run never creates a schema; Spark's own ``saveAsTable`` would fail the same
+    way, but only after the whole replay)."""
+
+
 def _require_native(spark: SparkSession, what: str) -> None:
     if storage_mode(spark) != NATIVE:
         raise NativeDeltaRequiredError(CATALOG_NEEDS_NATIVE.format(what=what))
 
 
+def _missing_namespace(spark: SparkSession, catalog: str | None, schema: str) -> str | None:
+    """Why the session cannot write or read tables in ``[catalog.]schema`` (one clause), or
+    None when the schema exists."""
+    from pyspark.errors import AnalysisException
+
+    name = ".".join(quote_identifier(p) for p in (catalog, schema) if p)
+    try:
+        if spark.catalog.databaseExists(name):
+            return None
+    except AnalysisException:
+        pass
+    if catalog:
+        try:
+            catalogs = sorted(c.name for c in spark.catalog.listCatalogs())
+        except Exception:
+            catalogs = []
+        if catalogs and catalog not in catalogs:
+            return (
+                f"this session has no catalog {catalog} (it has {', '.join(catalogs)}): name "
+                f"one it has, or run where {catalog} exists (on Databricks a Unity Catalog "
+                f"catalog, elsewhere one configured with spark.sql.catalog.{catalog})"
+            )
+    return (
+        f"there is no schema {name}, and pelengine does not create schemas: create it first "
+        f"(CREATE SCHEMA {name}, with the LOCATION or MANAGED LOCATION its managed tables "
+        "should use), or name an existing one"
+    )
+
+
 def check_output(spark: SparkSession, out: str | Output) -> Output:
     """The :class:`Output` of ``out``, refused before any work when it names catalog tables
-    and the session has no native Delta Lake."""
+    and the session has no native Delta Lake, or no such schema (:class:`CatalogNameError`:
+    a run does not create the schema, as ``saveAsTable`` does not)."""
     output = as_output(out)
     if output.by_name:
         _require_native(spark, f"output {output}")
+        assert output.schema is not None
+        missing = _missing_namespace(spark, output.catalog, output.schema)
+        if missing is not None:
+            raise CatalogNameError(f"output {output}: {missing}")
     return output
 
 
 def check_input(spark: SparkSession, ref: TableRef) -> None:
-    """Refuse, before any work, an input table by name without native Delta Lake."""
+    """Refuse, before any work, an input table by name without native Delta Lake, or in a
+    catalog or schema the session does not have."""
     if isinstance(ref, Table):
         _require_native(spark, f"--events {ref}")
+        parts = _split_name(ref.name)
+        if len(parts) == 3:
+            missing = _missing_namespace(spark, parts[0], parts[1])
+            if missing is not None:
+                raise CatalogNameError(f"--events {'.'.join(parts)}: {missing}")
+
+
+# --------------------------------------------------------------------------- conflicts
+
+#: Delta Lake's exceptions for a commit that another writer's commit made impossible
+#: (``io.delta.exceptions.*``), and their error classes (what Spark Connect, Databricks'
+#: serverless among them, may carry alone)
+_DELTA_CONFLICT = re.compile(
+    r"\b(Concurrent(?:Append|DeleteRead|DeleteDelete|Transaction|Write)Exception"
+    r"|MetadataChangedException|ProtocolChangedException)\b"
+)
+_DELTA_CONFLICT_CLASS = re.compile(
+    r"\b(DELTA_CONCURRENT_(?:APPEND|DELETE_READ|DELETE_DELETE|TRANSACTION|WRITE)"
+    r"|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED)\b"
+)
+
+
+class ConcurrentWriteError(RuntimeError):
+    """Delta Lake refused a commit of this run: another writer committed to the same table
+    since this run's write began (two runs on one output without a lease: catalog tables
+    without a root). One sentence naming the table; the Delta exception is its cause."""
+
+    def __init__(self, table: str, conflict: str) -> None:
+        self.table = table
+        self.conflict = conflict
+        super().__init__(
+            f"another run committed to {table} while this run was writing it, so Delta Lake "
+            f"refused this run's commit ({conflict}); readers still see the last complete run: "
+            "run again once the other run has finished, and keep to one run per output at a "
+            "time (catalog tables without --out have no run lease: give --out as well, or "
+            "schedule one run at a time)"
+        )
+
+
+def delta_conflict(exc: BaseException) -> str | None:
+    """The name of the Delta Lake conflict exception (or error class) ``exc`` is or was
+    caused by, whatever wraps it (py4j, PySpark, Spark Connect); None for any other error."""
+    texts: list[str] = []
+    current: BaseException | None = exc
+    while current is not None and len(texts) < 20:
+        texts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    for pattern in (_DELTA_CONFLICT, _DELTA_CONFLICT_CLASS):
+        for text in texts:
+            match = pattern.search(text)
+            if match:
+                return match.group(1)
+    return None
+
+
+def concurrent_write_error(
+    exc: BaseException, table: str | None = None
+) -> ConcurrentWriteError | None:
+    """``exc`` as a :class:`ConcurrentWriteError` on ``table`` when it is (or was caused
+    by) a Delta Lake conflict; None otherwise."""
+    if isinstance(exc, ConcurrentWriteError):
+        return exc
+    conflict = delta_conflict(exc)
+    if conflict is None:
+        return None
+    return ConcurrentWriteError(table or "a Delta table of this run", conflict)
 
 
 def write_run_report(out: str | Output, report: dict[str, Any]) -> str | None:
@@ -516,7 +700,8 @@ def write_table(
     not greater than the one recorded for ``txn_app_id``); ``overwrite_schema`` lets an
     overwrite replace the table schema. Modes: overwrite, append, errorifexists/error, ignore.
     A :class:`Table` is written by name with ``saveAsTable`` (native Delta only; external at
-    its ``location`` when it has one, managed otherwise).
+    its ``location`` when it has one, managed otherwise). A commit Delta Lake refuses because
+    another writer committed to the table meanwhile raises :class:`ConcurrentWriteError`.
     """
     save_mode = _SAVE_MODES.get(mode.lower())
     if save_mode is None:
@@ -536,7 +721,11 @@ def write_table(
             writer = writer.option(key, value)
         if path.location:
             writer = writer.option("path", path.location)
-        writer.saveAsTable(path.name)
+        try:
+            writer.saveAsTable(path.name)
+        except Exception as exc:
+            _raise_conflict(exc, str(path))
+            raise
         return
     if storage_mode(spark) == EMBEDDED:
         if save_mode in ("errorifexists", "ignore"):
@@ -554,7 +743,19 @@ def write_table(
     writer = df.write.format("delta").mode(save_mode)
     for key, value in options.items():
         writer = writer.option(key, value)
-    writer.save(path)
+    try:
+        writer.save(path)
+    except Exception as exc:
+        _raise_conflict(exc, path)
+        raise
+
+
+def _raise_conflict(exc: BaseException, table: str) -> None:
+    """Raise :class:`ConcurrentWriteError` (from ``exc``) when ``exc`` is a Delta Lake
+    conflict on ``table``; return otherwise (the caller re-raises ``exc``)."""
+    conflict = concurrent_write_error(exc, table)
+    if conflict is not None:
+        raise conflict from exc
 
 
 def _embedded_preflight_skips(
@@ -704,87 +905,364 @@ def table_exists(spark: SparkSession, path: TableRef) -> bool:
 # --------------------------------------------------------------------------- what changed
 
 
+class ChangesUnknownError(Exception):
+    """What a range of a table's versions did cannot be told from its log; the message says
+    why (for the run report)."""
+
+
 @dataclass(frozen=True)
 class TableChanges:
-    """What the commits after version ``since`` up to ``until`` did to a table, from its
-    Delta log: the data files the newer snapshot holds that the older did not (``added``)
-    and the reverse (``removed``). An append only adds; a DELETE, UPDATE, MERGE, OPTIMIZE or
-    overwrite removes the files it rewrote and adds their new versions. ``change_feed``:
-    native Delta with the change data feed on, whose inserted and deleted rows are read
-    instead of files."""
+    """What the commits after version ``since`` up to ``until`` did to a table, and which
+    rows to read to know it.
+
+    ``added``/``removed``: the data files the newer snapshot holds that the older did not and
+    the reverse, each known by its path and deletion vector. An append only adds; a DELETE,
+    UPDATE, MERGE, OPTIMIZE or overwrite removes the files it rewrote and adds their new
+    versions; with deletion vectors a row-level change removes a file with one vector and
+    adds it back with another.
+
+    The rows to compare: those of ``read_new`` at ``until`` with those of ``read_old`` at
+    ``since`` (None: no row can be gone: appends, and rewrites that change no data such as
+    OPTIMIZE, which are not read at all), or with ``change_feed`` native Delta's change
+    data feed. ``how``: ``commit files`` (the Delta log read as files: local paths),
+    ``spark snapshots`` (Delta through Spark: tables by name, paths this process cannot
+    read) or ``delta-rs snapshots`` (the embedded store, such paths). ``note``: what else
+    the report should say. ``state_new``/``state_old``: the table's metadata and protocol
+    at both ends (from the log)."""
 
     since: int
     until: int
-    added: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
+    added: tuple[DataFile, ...] = ()
+    removed: tuple[DataFile, ...] = ()
     change_feed: bool = False
+    read_new: tuple[DataFile, ...] = ()
+    read_old: tuple[DataFile, ...] | None = None
+    how: str = "commit files"
+    note: str = ""
+    state_new: TableState | None = None
+    state_old: TableState | None = None
+
+    @property
+    def files_read(self) -> int:
+        return len(self.read_new) + len(self.read_old or ())
 
 
-def table_changes(
-    spark: SparkSession, ref: TableRef, since: int, until: int
-) -> TableChanges | None:
-    """The files versions ``since+1 .. until`` of the table added and removed, or None when
-    the log cannot say: the older version is no longer in the log (log retention), the
-    table uses deletion vectors (a row-level delete leaves the file in place), or the
-    versions do not follow each other."""
+def expected_rows(files: tuple[DataFile, ...] | None) -> int | None:
+    """The rows ``files`` hold by the log's statistics (None: some file has none)."""
+    counts = [f.rows for f in files or ()]
+    return None if any(c is None for c in counts) else sum(c or 0 for c in counts)
+
+
+def table_changes(spark: SparkSession, ref: TableRef, since: int, until: int) -> TableChanges:
+    """What versions ``since+1 .. until`` of the table did (:class:`TableChanges`), from its
+    Delta log read as files for a local path (either store), else from Delta through Spark
+    (native) or delta-rs' snapshots (embedded). ChangesUnknownError, saying why, when the log
+    cannot tell: a commit of the range is no longer in the log (log retention), a file
+    the range removed is gone (vacuumed), or (Spark's route) deletion vectors are on."""
     if since >= until:
-        return None
-    if isinstance(ref, str) and storage_mode(spark) == EMBEDDED:
-        from pelengine.storage.embedded import normalize_table_uri, snapshot_files
+        raise ChangesUnknownError(f"events version {until} does not follow {since}")
+    local = local_path(ref) if isinstance(ref, str) else None
+    if local is not None:
+        from pelengine.storage.deltalog import has_log
 
-        uri = normalize_table_uri(ref)
-        try:
-            old, new = snapshot_files(uri, since), snapshot_files(uri, until)
-        except Exception:
-            return None
-        if old is None or new is None:
-            return None
-        return TableChanges(since, until, tuple(sorted(new - old)), tuple(sorted(old - new)))
+        table_dir = os.path.abspath(local)
+        if has_log(table_dir):
+            return _log_changes(spark, table_dir, since, until)
+    if isinstance(ref, str) and storage_mode(spark) == EMBEDDED:
+        return _embedded_changes(ref, since, until)
     return _native_changes(spark, ref, since, until)
 
 
-def _native_changes(
-    spark: SparkSession, ref: TableRef, since: int, until: int
-) -> TableChanges | None:
-    """Native Delta: the change data feed where the table has it on, else the snapshots'
-    file lists (``inputFiles``) unless deletion vectors are on."""
+def _log_changes(spark: SparkSession, table_dir: str, since: int, until: int) -> TableChanges:
+    """:func:`table_changes` from the commit files of a local table (no Spark job).
+
+    Appends and data-preserving rewrites (OPTIMIZE: ``dataChange`` false) only: the rows are
+    those of the files the commits added rows with, nothing else is read. When a commit
+    removed rows (DELETE, UPDATE, MERGE, overwrite), or a file added with rows was rewritten
+    again within the range: on native Delta with the change data feed on for every commit
+    of the range, the feed (only the changed rows: files written for it, or the difference
+    of two deletion vectors); otherwise every file added against every file removed."""
+    from pelengine.storage.deltalog import LogUnreadableError, gone_files, read_changes, spans
+
+    try:
+        log = read_changes(table_dir, since, until)
+    except LogUnreadableError as exc:
+        raise ChangesUnknownError(str(exc)) from None
+    versions = f"{since + 1}..{until}"
+    gone = gone_files(table_dir, log.removed)
+    if gone:
+        raise ChangesUnknownError(
+            f"{len(gone)} file(s) that events versions {versions} removed are gone from "
+            f"storage (vacuumed), {gone[0]} among them: the rows they held cannot be compared"
+        )
+    embedded = storage_mode(spark) == EMBEDDED
+    if embedded:
+        from pelengine.storage.embedded import SCAN_ONLY_FEATURES
+
+        uses: set[str] = set()
+        for state in (log.state_since, log.state_until):
+            if state is not None:
+                uses |= state.reader_features & SCAN_ONLY_FEATURES
+                if state.column_mapping:
+                    uses.add("columnMapping")
+        if uses and (log.added or log.removed):
+            raise ChangesUnknownError(
+                f"the table uses {', '.join(sorted(uses))}, and the embedded store reads "
+                "such tables whole, not file by file"
+            )
+    base = TableChanges(
+        since,
+        until,
+        log.added,
+        log.removed,
+        state_new=log.state_until,
+        state_old=log.state_since,
+    )
+    if not log.rows_removed and log.appends_kept:
+        return replace(base, read_new=tuple(f for f in log.added if f.data_change))
+    if not embedded and log.rows_removed and not log.feed_off:
+        return replace(base, change_feed=True)
+    note = ""
+    if not embedded and log.rows_removed and len(log.feed_off) < until - since:
+        note = f"the change data feed was off for events versions {spans(log.feed_off)}"
+    return replace(base, read_new=log.added, read_old=log.removed or None, note=note)
+
+
+def _embedded_changes(ref: str, since: int, until: int) -> TableChanges:
+    """The embedded store, a table this process cannot read as files (an object store):
+    delta-rs' snapshots' file lists."""
+    from pelengine.storage.embedded import normalize_table_uri, snapshot_files
+
+    uri = normalize_table_uri(ref)
+    try:
+        old, new = snapshot_files(uri, since), snapshot_files(uri, until)
+    except Exception as exc:
+        raise ChangesUnknownError(
+            f"delta-rs could not list the files of version {since} or {until}: {_first_line(exc)}"
+        ) from None
+    if old is None or new is None:
+        raise ChangesUnknownError(
+            f"delta-rs cannot list versions {since} and {until} file by file (a version "
+            "is no longer in the log, or the table uses deletion vectors)"
+        )
+    added = tuple(DataFile(p) for p in sorted(new - old))
+    removed = tuple(DataFile(p) for p in sorted(old - new))
+    return TableChanges(
+        since,
+        until,
+        added,
+        removed,
+        read_new=added,
+        read_old=removed or None,
+        how="delta-rs snapshots",
+    )
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _native_changes(spark: SparkSession, ref: TableRef, since: int, until: int) -> TableChanges:
+    """Native Delta through Spark (a table by name, a path this process cannot read): the
+    change data feed where the table has it on now, else the snapshots' file lists
+    (``inputFiles``), which cannot see row-level changes when deletion vectors are on."""
+    from pelengine.storage.deltalog import hadoop_uri
+
     name = ref.name if isinstance(ref, Table) else "delta.`" + ref.replace("`", "``") + "`"
     try:
         detail = spark.sql(f"DESCRIBE DETAIL {name}").first()
         properties = dict(detail["properties"] or {}) if detail is not None else {}
         if str(properties.get("delta.enableChangeDataFeed", "")).lower() == "true":
-            return TableChanges(since, until, change_feed=True)
+            return TableChanges(since, until, change_feed=True, how="spark snapshots")
         features = set(detail["tableFeatures"] or []) if detail is not None else set()
         if (
             "deletionVectors" in features
             or str(properties.get("delta.enableDeletionVectors", "")).lower() == "true"
         ):
-            return None
-        old = set(read_table(spark, ref, since).inputFiles())
-        new = set(read_table(spark, ref, until).inputFiles())
-    except Exception:
-        return None
-    return TableChanges(since, until, tuple(sorted(new - old)), tuple(sorted(old - new)))
+            raise ChangesUnknownError(
+                "deletion vectors are on and the table's Delta log cannot be read as files "
+                "here (a table by name, or a path elsewhere): Spark's file lists do not "
+                "show a row-level delete"
+            )
+        old = {hadoop_uri(p) for p in read_table(spark, ref, since).inputFiles()}
+        new = {hadoop_uri(p) for p in read_table(spark, ref, until).inputFiles()}
+    except ChangesUnknownError:
+        raise
+    except Exception as exc:
+        raise ChangesUnknownError(
+            f"Delta could not list the files of versions {since} and {until}: {_first_line(exc)}"
+        ) from None
+    added = tuple(DataFile(p) for p in sorted(new - old))
+    removed = tuple(DataFile(p) for p in sorted(old - new))
+    return TableChanges(
+        since,
+        until,
+        added,
+        removed,
+        read_new=added,
+        read_old=removed or None,
+        how="spark snapshots",
+    )
+
+
+def read_changes(
+    spark: SparkSession, ref: TableRef, changes: TableChanges
+) -> tuple[DataFrame, DataFrame | None]:
+    """(the rows to count as added, the rows to count as removed or None when no row can be
+    gone) for ``changes``: the change data feed's, or the files'."""
+    if changes.change_feed:
+        return read_change_feed(spark, ref, changes)
+    new = read_table_files(spark, ref, changes.until, changes.read_new, changes.state_new)
+    if changes.read_old is None:
+        return new, None
+    old = read_table_files(spark, ref, changes.since, changes.read_old, changes.state_old)
+    return new, old
 
 
 def read_table_files(
-    spark: SparkSession, ref: TableRef, version: int, files: tuple[str, ...]
+    spark: SparkSession,
+    ref: TableRef,
+    version: int,
+    files: Sequence[DataFile | str],
+    state: TableState | None = None,
 ) -> DataFrame:
-    """The rows of ``files`` (as :func:`table_changes` names them) of the snapshot at
-    ``version``; no rows for no files."""
+    """The rows of ``files`` (as :func:`table_changes` names them: paths as the Delta log
+    writes them, or absolute URIs) of the snapshot at ``version``; no rows for no files.
+
+    Embedded store: its reader is given the files. Native Delta: where the table's metadata
+    at ``version`` (``state``) allows, the files without a deletion vector are read as the
+    Parquet files they are (with their partition values), the others through Delta,
+    filtered on ``_metadata.file_path``: exact, but Delta then opens every file of the
+    snapshot."""
+    wanted = [f if isinstance(f, DataFile) else DataFile(f) for f in files]
     if isinstance(ref, str) and storage_mode(spark) == EMBEDDED:
+        from urllib.parse import unquote
+
         return (
             spark.read.format("delta")
             .option("versionAsOf", str(version))
-            .option(FILES_OPTION, json.dumps(list(files)))
+            .option(FILES_OPTION, json.dumps([unquote(f.path) for f in wanted]))
             .load(ref)
         )
+    local = local_path(ref) if isinstance(ref, str) else None
+    direct: list[DataFile] = []
+    through = wanted
+    if local is not None and state is not None and _parquet_readable(state):
+        from pelengine.storage.deltalog import local_file
+
+        table_dir = os.path.abspath(local)
+        direct = [
+            f
+            for f in wanted
+            if f.deletion_vector is None and local_file(table_dir, f.path) is not None
+        ]
+        through = [f for f in wanted if f not in direct]
+        if len({f.partition_values for f in direct}) > _MAX_PARTITION_READS:
+            direct, through = [], wanted
+    parts: list[DataFrame] = []
+    if direct:
+        assert local is not None and state is not None
+        parts.append(_read_parquet(spark, os.path.abspath(local), state, direct))
+    if through or not direct:
+        table = read_table(spark, ref, version)
+        parts.append(table.where(_file_filter(through)) if through else table.limit(0))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
+
+#: partitions of a night read as Parquet one read each, past which Delta reads them
+_MAX_PARTITION_READS = 64
+#: reader features whose tables' data files hold exactly their rows (deletion vectors apart,
+#: which are read through Delta): no column mapping, no type widening, no unknown feature
+_PARQUET_FEATURES = frozenset(
+    {"deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"}
+)
+#: partition column types whose values (the log's strings) cast back exactly
+_PARTITION_TYPES = ("string", "byte", "short", "integer", "long", "boolean", "date")
+
+
+def _parquet_readable(state: TableState) -> bool:
+    """Whether a data file without a deletion vector of a table with this metadata and
+    protocol can be read as Parquet and give what Delta gives."""
+    schema = state.schema_string
+    if schema is None or state.column_mapping or "__CHAR_VARCHAR_TYPE_STRING" in schema:
+        return False
+    if not state.reader_features <= _PARQUET_FEATURES:
+        return False
+    if int(state.protocol.get("minReaderVersion") or 1) > 3:
+        return False
+    try:
+        fields = {f["name"]: f["type"] for f in json.loads(schema)["fields"]}
+    except (ValueError, KeyError, TypeError):
+        return False
+    return all(fields.get(c) in _PARTITION_TYPES for c in state.partition_columns)
+
+
+def _read_parquet(
+    spark: SparkSession, table_dir: str, state: TableState, files: list[DataFile]
+) -> DataFrame:
+    """``files`` (no deletion vectors) read as Parquet: the data columns from the files,
+    the partition columns from the log's partition values, in the table's column order."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from pelengine.storage.deltalog import local_file
+    from pelengine.storage.embedded import spark_schema_from_delta
+
+    assert state.schema_string is not None
+    schema = spark_schema_from_delta(state.schema_string)
+    partitions = {c.lower() for c in state.partition_columns}
+    data = StructType([f for f in schema.fields if f.name.lower() not in partitions])
+    groups: dict[tuple[tuple[str, str | None], ...], list[str]] = {}
+    for file in files:
+        path = local_file(table_dir, file.path)
+        assert path is not None
+        groups.setdefault(file.partition_values, []).append(_glob_escaped(path))
+    frames = []
+    for values, paths in groups.items():
+        given = {k.lower(): v for k, v in values}
+        columns = []
+        for field in schema.fields:
+            if field.name.lower() in partitions:
+                value = given.get(field.name.lower()) or None  # "" is null too
+                columns.append(F.lit(value).cast(field.dataType).alias(field.name))
+            else:
+                columns.append(F.col(quote_identifier(field.name)))
+        frames.append(spark.read.schema(data).parquet(*paths).select(*columns))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def _glob_escaped(path: str) -> str:
+    """``path`` for Spark's file reader, which expands glob patterns in the paths it is
+    given: its glob characters escaped."""
+    return re.sub(r"([\\*?\[\]{}])", r"\\\1", path)
+
+
+def _file_filter(files: Sequence[DataFile]) -> Any:
+    """The rows of ``files`` of a Delta read: ``_metadata.file_path`` (the file's absolute
+    URI, escaped as the log's relative path is) is one of the absolute URIs, or ends with
+    one of the relative paths (compared on as many ``/``-separated parts as they have)."""
     from pyspark.sql import functions as F
 
-    table = read_table(spark, ref, version)
-    if not files:
-        return table.limit(0)
-    return table.where(F.col("_metadata.file_path").isin(list(files)))
+    column = F.col("_metadata.file_path")
+    absolute = [f.path for f in files if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", f.path)]
+    by_parts: dict[int, list[str]] = {}
+    for f in files:
+        if f.path not in absolute:
+            by_parts.setdefault(f.path.count("/") + 1, []).append(f.path)
+    tests = [column.isin(absolute)] if absolute else []
+    tests += [F.substring_index(column, "/", -n).isin(paths) for n, paths in by_parts.items()]
+    out = tests[0]
+    for test in tests[1:]:
+        out = out | test
+    return out
 
 
 def read_change_feed(

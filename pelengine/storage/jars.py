@@ -38,7 +38,7 @@ FETCH_HINT = (
 )
 
 
-class StoreChoiceError(RuntimeError):
+class StoreChoiceError(ValueError):
     """The configured store cannot be had (native asked for, no jars found)."""
 
 
@@ -76,13 +76,18 @@ class StoreChoice:
         return bool(self.conf)
 
 
+def store_asked(store: str = "auto") -> str:
+    """The store asked for: ``PELENGINE_STORE`` when set, else ``store``."""
+    return os.environ.get(STORE_ENV) or store
+
+
 def session_conf(
     store: str = "auto", folder: str | None = None, extensions: str | None = None
 ) -> StoreChoice:
     """The Spark confs of the ``store`` asked for (``PELENGINE_STORE`` wins over it): with
     native Delta, ``spark.jars``, the Delta SQL extension (after ``extensions`` already
     configured) and catalog."""
-    store = os.environ.get(STORE_ENV) or store
+    store = store_asked(store)
     if store not in STORES:
         raise StoreChoiceError(
             f"storage.store (or {STORE_ENV}) {store!r} is not one of {', '.join(STORES)}"

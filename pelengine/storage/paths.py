@@ -16,5 +16,6 @@ def local_path(uri: str) -> str | None:
 
 
 #: Reader option of the embedded source: read only these data files of the snapshot (a JSON
-#: list of the paths ``table_changes`` names). Native Delta is never given it.
+#: list of their paths relative to the table, decoded: the log's paths URL-decoded, as
+#: delta-rs lists them). Native Delta is never given it.
 FILES_OPTION = "pelengine.files"

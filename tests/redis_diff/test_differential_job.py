@@ -30,7 +30,8 @@ from tests.redis_diff.server import DATABASES, RedisServer, ServerKind, on_job_k
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import run_workload
 
-pytestmark = [pytest.mark.redis, pytest.mark.spark]
+# on both stores: make test runs it on native Delta, then on the embedded store
+pytestmark = [pytest.mark.redis, pytest.mark.spark, pytest.mark.stores]
 
 # seeds per server (counts chosen for the suite's time budget, README)
 SEEDS_PER_KIND = {"redis-7.0": 6, "valkey-8.1": 3, "valkey-9.1": 3}

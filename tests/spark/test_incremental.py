@@ -111,6 +111,7 @@ def assert_tables_equal(spark: SparkSession, a: Path, b: Path) -> None:
         assert_df_equality(left, right, ignore_row_order=True, ignore_nullable=True)
 
 
+@pytest.mark.stores  # on both stores (make test)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_nightly_batches_equal_one_full_run(spark: SparkSession, tmp_path: Path, seed: int) -> None:
     rows = _with_blocking(list(generate_events(1500, 6, seed=seed)), seed)

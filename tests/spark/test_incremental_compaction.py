@@ -14,7 +14,8 @@ from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.storage import write_table
 from tests.spark.test_incremental_log import _night, _workload
 
-pytestmark = pytest.mark.spark
+# on both stores: make test runs it on native Delta, then on the embedded store
+pytestmark = [pytest.mark.spark, pytest.mark.stores]
 
 
 def test_a_compacted_table_is_not_changed_history(spark: SparkSession, tmp_path: Path) -> None:

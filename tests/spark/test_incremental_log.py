@@ -19,7 +19,8 @@ from pelengine.settings import Settings
 from pelengine.storage import table_version, write_table
 from tests.spark.test_incremental import assert_tables_equal
 
-pytestmark = pytest.mark.spark
+# on both stores: make test runs it on native Delta, then on the embedded store
+pytestmark = [pytest.mark.spark, pytest.mark.stores]
 
 
 def _workload(n: int, seed: int) -> list[dict[str, Any]]:

@@ -27,7 +27,8 @@ from pelengine.runs.full import run_reconstruct
 from pelengine.runs.output import write_outputs
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
 
-pytestmark = pytest.mark.spark
+# on both stores: make test runs it on native Delta, then on the embedded store
+pytestmark = [pytest.mark.spark, pytest.mark.stores]
 
 TABLES = (*OUTPUT_TABLES, "rejected_events")
 

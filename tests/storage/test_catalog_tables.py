@@ -1,16 +1,34 @@
 """Catalog tables (tables by name) in the storage seam and the CLI.
 
-Native Delta Lake cannot run here (no jars, no Maven): what is tested is the naming, the
-decision (paths vs names, native required), the message, the calls made for native Delta
-(a recording fake), and the saveAsTable path itself through Spark's session catalog with
-Parquet standing in for Delta. Not tested here: a real Delta saveAsTable, DESCRIBE HISTORY
-and VERSION AS OF on a catalog table, txnAppId/txnVersion through saveAsTable.
+- Pure: the naming, :class:`storage.Output`, the CLI's options and usage errors.
+- The embedded store (``embedded``): tables by name are refused before any work, saying
+  what to do.
+- Native Delta Lake (``native_delta``), for real:
+  * across processes, against a Hive metastore that outlives them (Spark's Hive support,
+    its embedded Derby under the test's temp dir): a run refused for a schema that does not
+    exist, runs by name (managed, and external with ``--out``) with ``--events`` by name,
+    an idempotent re-run (``txnAppId``/``txnVersion`` through ``saveAsTable``: no table
+    version moves), an incremental night after appended events, then ``pelengine sql
+    --schema`` reading every table at the versions the newest ``_runs`` row names and a
+    ``VERSION AS OF`` query by name giving the older run's rows;
+  * in the test session (Spark's in-memory catalog): ``saveAsTable``'s txn skip, ``VERSION
+    AS OF`` and ``DESCRIBE HISTORY`` by name, the refusal of a catalog or schema the session
+    has not, and two writers of one table without a lease: Delta Lake's own conflict
+    exception, reported by the CLI as one sentence.
+
+No fake stands in for Delta here. What needs Databricks itself (a serverless session) is
+faked in tests/test_bundle.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +36,6 @@ import pytest
 
 from pelengine import cli, storage
 from pelengine.config import ConfigError, load_config
-from pelengine.runs.output import write_outputs
 
 # ---- names -------------------------------------------------------------------------------
 
@@ -57,13 +74,38 @@ def test_output_by_path_and_by_name() -> None:
 
 
 def test_delta_package_is_the_installed_delta_sparks_coordinate() -> None:
-    """The --packages coordinate in the message (and README) is the one delta-spark's own
-    helper derives for the installed pyspark and delta-spark."""
+    """The coordinate `make install` fetches (jars/fetch.py) is the one delta-spark's own
+    helper derives for the installed pyspark and delta-spark (pip delta-spark pinned to
+    4.4.0, the version of delta-spark_4.2_2.13 Maven Central serves)."""
     from delta import configure_spark_with_delta_pip
     from pyspark.sql import SparkSession
 
     builder = configure_spark_with_delta_pip(SparkSession.Builder())
     assert builder._options["spark.jars.packages"] == storage.DELTA_PACKAGE
+
+
+def test_delta_conflicts_are_recognised_however_wrapped() -> None:
+    """py4j's text (the JVM class), Spark Connect's (the error class), a cause chain."""
+    jvm = RuntimeError(
+        "An error occurred while calling o80.saveAsTable.\n: io.delta.exceptions."
+        "ConcurrentAppendException: [DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction ..."
+    )
+    assert storage.delta_conflict(jvm) == "ConcurrentAppendException"
+    connect = RuntimeError("[DELTA_METADATA_CHANGED] MetadataChangedException: The metadata")
+    assert storage.delta_conflict(connect) == "MetadataChangedException"
+    assert storage.delta_conflict(RuntimeError("[DELTA_PROTOCOL_CHANGED] ...")) == (
+        "DELTA_PROTOCOL_CHANGED"
+    )
+    try:
+        try:
+            raise jvm
+        except RuntimeError as inner:
+            raise ValueError("while writing") from inner
+    except ValueError as outer:
+        error = storage.concurrent_write_error(outer, "`c`.`s`.`pel`")
+    assert error is not None and "`c`.`s`.`pel`" in str(error) and "\n" not in str(error)
+    assert storage.delta_conflict(RuntimeError("java.util.ConcurrentModificationException")) is None
+    assert storage.concurrent_write_error(ValueError("schema mismatch")) is None
 
 
 # ---- CLI and configuration -----------------------------------------------------------------
@@ -105,7 +147,24 @@ def test_usage_errors(
     assert message in capsys.readouterr().err
 
 
+def test_sql_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
+    sentinel: Any = object()  # a usage error stops before any session use
+    assert cli.run(["sql", "SELECT 1"], spark=sentinel) == cli.EXIT_USAGE
+    assert "no output: give --out PATH, or --schema S" in capsys.readouterr().err
+
+
+# ---- the embedded store: refused before any work, saying what to do ---------------------------
+
+
+def _says_what_to_do(err: str) -> None:
+    assert "need native Delta Lake" in err
+    assert "make install" in err and "--jars" in err and storage.DELTA_CATALOG in err
+    assert "--out PATH" in err and "CREATE TABLE" in err
+    assert "Traceback" not in err
+
+
 @pytest.mark.spark
+@pytest.mark.embedded
 @pytest.mark.parametrize(
     "argv",
     [
@@ -119,263 +178,389 @@ def test_catalog_tables_without_native_delta_say_what_to_do(
     assert storage.storage_mode(spark) == storage.EMBEDDED
     args = ["reconstruct", *(a.format(tmp=tmp_path) for a in argv)]
     assert cli.run(args, spark=spark, progress=lambda _: None) == cli.EXIT_USAGE
-    err = capsys.readouterr().err
-    assert "need native Delta Lake" in err
-    assert storage.DELTA_PACKAGE in err and storage.DELTA_CATALOG in err
-    assert "--out PATH" in err and "CREATE TABLE" in err
-    assert "Traceback" not in err
+    _says_what_to_do(capsys.readouterr().err)
     assert not (tmp_path / "out").exists(), "refused before any work"
 
 
-# ---- the calls made for native Delta (recording fakes) ----------------------------------------
-
-
-class _Recorder:
-    def __init__(self, calls: list[tuple[Any, ...]], *prefix: Any) -> None:
-        self.calls = calls
-        self.prefix = prefix
-
-    def __getattr__(self, name: str) -> Any:
-        def call(*args: Any) -> _Recorder:
-            self.calls.append((*self.prefix, name, *args))
-            return self
-
-        return call
-
-
-class _NativeSpark:
-    def __init__(self, tables: dict[str, int]) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.conf = _Conf({storage.MODE_CONF: storage.NATIVE})
-        self.tables = tables
-        self.read = _Recorder(self.calls, "read")
-        outer = self
-
-        class Catalog:
-            def tableExists(self, name: str) -> bool:  # noqa: N802 (Spark's name)
-                outer.calls.append(("tableExists", name))
-                return name in outer.tables
-
-        self.catalog = Catalog()
-
-    def sql(self, query: str) -> Any:
-        self.calls.append(("sql", query))
-        name = query.split()[2]
-        version = self.tables[name]
-
-        class Result:
-            def collect(self) -> list[dict[str, int]]:
-                return [{"version": version}]
-
-        return Result()
-
-
-class _Conf:
-    def __init__(self, values: dict[str, str]) -> None:
-        self.values = values
-
-    def get(self, key: str, default: str | None = None) -> str | None:
-        return self.values.get(key, default)
-
-
-class _DataFrame:
-    def __init__(self, spark: _NativeSpark) -> None:
-        self.sparkSession = spark
-        self.write = _Recorder(spark.calls, "write")
-
-
-def test_native_writes_by_name_with_saveastable() -> None:
-    spark = _NativeSpark({"`main`.`s`.`pel`": 4})
-    df: Any = _DataFrame(spark)
-    managed = storage.Output(catalog="main", schema="s").table("pel")
-    storage.write_table(df, managed, "overwrite", txn_app_id="app", txn_version=7)
-    assert spark.calls == [
-        ("write", "format", "delta"),
-        ("write", "mode", "overwrite"),
-        ("write", "option", "txnAppId", "app"),
-        ("write", "option", "txnVersion", "7"),
-        ("write", "saveAsTable", "`main`.`s`.`pel`"),
-    ]
-    spark.calls.clear()
-    external = storage.Output(root="/lake/out", catalog="main", schema="s").table("pel")
-    storage.write_table(df, external, "append", overwrite_schema=True)
-    assert spark.calls == [
-        ("write", "format", "delta"),
-        ("write", "mode", "append"),
-        ("write", "option", "overwriteSchema", "true"),
-        ("write", "option", "path", "/lake/out/pel"),
-        ("write", "saveAsTable", "`main`.`s`.`pel`"),
-    ]
-
-
-def test_native_reads_and_versions_by_name() -> None:
-    spark: Any = _NativeSpark({"`main`.`s`.`pel`": 4})
-    table = storage.Table("`main`.`s`.`pel`")
-    storage.read_table(spark, table)
-    assert spark.calls[-1] == ("read", "table", "`main`.`s`.`pel`")
-    assert storage.table_version(spark, table) == 4
-    assert spark.calls[-2:] == [
-        ("tableExists", "`main`.`s`.`pel`"),
-        ("sql", "DESCRIBE HISTORY `main`.`s`.`pel` LIMIT 1"),
-    ]
-    assert storage.table_version(spark, storage.Table("`main`.`s`.`none`")) is None
-    spark.calls.clear()
-    spark.sql = lambda q: spark.calls.append(("sql", q))
-    storage.read_table(spark, table, version=3)
-    assert spark.calls == [("sql", "SELECT * FROM `main`.`s`.`pel` VERSION AS OF 3")]
-
-
-# ---- saveAsTable through Spark's session catalog (Parquet standing in for Delta) --------------
-
-
-@pytest.fixture
-def parquet_as_native(spark: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This session's catalog tables written as Parquet under the "native" decision (the
-    embedded source stays registered for paths); restored afterwards."""
-    monkeypatch.setattr(storage, "TABLE_FORMAT", "parquet")
-    spark.conf.set(storage.MODE_CONF, storage.NATIVE)
-    try:
-        yield
-    finally:
-        spark.conf.set(storage.MODE_CONF, storage.EMBEDDED)
-
-
 @pytest.mark.spark
-def test_write_outputs_by_name_in_the_session_catalog(
-    spark: Any, tmp_path: Path, parquet_as_native: None
-) -> None:
-    schema = "pelengine_catalog_test"
-    spark.sql(f"CREATE SCHEMA {schema} LOCATION '{tmp_path / 'warehouse'}'")
-    try:
-        pel = spark.createDataFrame(
-            [(0, "k", "g", "1-0")], "db int, key string, group string, id string"
-        )
-        streams = spark.createDataFrame([(0, "k", 1)], "db int, key string, length long")
-        managed = storage.Output(catalog="spark_catalog", schema=schema)
-        rows = write_outputs(
-            spark, [("pel", pel), ("streams", streams)], managed, txn_app_id=None, txn_version=None
-        )
-        assert rows == {"pel": 1, "streams": 1}
-        # ad-hoc SQL finds them by name; managed: stored under the schema's location
-        assert spark.sql(f"SELECT key, id FROM {schema}.pel").collect()[0]["id"] == "1-0"
-        assert (tmp_path / "warehouse" / "pel").is_dir()
-        # a second night overwrites by name
-        write_outputs(spark, [("pel", pel.union(pel))], managed, txn_app_id=None, txn_version=None)
-        assert spark.table(f"spark_catalog.{schema}.pel").count() == 2
-        # with an output root too: external tables stored at <root>/<table>
-        external = storage.Output(root=str(tmp_path / "ext"), schema=schema)
-        write_outputs(spark, [("groups", streams)], external, txn_app_id=None, txn_version=None)
-        assert storage.table_row_count(spark, external.table("groups")) == 1
-        assert any(f.endswith(".parquet") for f in os.listdir(tmp_path / "ext" / "groups"))
-        location = [
-            r["data_type"]
-            for r in spark.sql(f"DESCRIBE TABLE EXTENDED {schema}.groups").collect()
-            if r["col_name"] == "Location"
-        ]
-        assert location and location[0].rstrip("/").endswith("ext/groups")
-    finally:
-        spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-
-# ---- whole runs by name: the _runs record (Parquet standing in for Delta) --------------------
-
-
-@pytest.fixture
-def catalog_schema(spark: Any, tmp_path: Path, parquet_as_native: None) -> Iterator[str]:
-    schema = "pelengine_runs_test"
-    spark.sql(f"CREATE SCHEMA {schema} LOCATION '{tmp_path / 'warehouse'}'")
-    try:
-        yield schema
-    finally:
-        spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-
-@pytest.mark.spark
-def test_a_run_by_name_ends_by_recording_its_versions_in_runs(
-    spark: Any, catalog_schema: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """finish_report's last write appends the run (each table's version) to ``_runs``;
-    readers by name take the newest row's versions. (Versions come from DESCRIBE HISTORY,
-    which Parquet has not: they are given here.)"""
-    from pelengine.runs.output import finish_report
-    from pelengine.settings import Settings
-
-    output = storage.Output(catalog="spark_catalog", schema=catalog_schema)
-    assert storage.run_versions(output, spark) == {}, "no run recorded yet"
-    for night, version in enumerate((3, 7), start=1):
-        monkeypatch.setattr(
-            storage,
-            "table_version",
-            lambda _spark, ref, v=version: v if ref.name.endswith("`pel`") else v + 1,
-        )
-        report = finish_report(
-            {"as_of_seq": 100 * night, "as_of_ms": 5}, spark, output, Settings(), 0.0
-        )
-        assert report["tables"]["pel"] == version
-    rows = spark.sql(
-        f"SELECT as_of_seq, tables['pel'] AS pel, tables['groups'] AS groups, report "
-        f"FROM spark_catalog.{catalog_schema}._runs ORDER BY finished_at"
-    ).collect()
-    assert [(r["as_of_seq"], r["pel"], r["groups"]) for r in rows] == [(100, 3, 4), (200, 7, 8)]
-    assert '"as_of_seq": 200' in rows[-1]["report"]
-    newest = storage.run_versions(output, spark)
-    assert (newest["pel"], newest["groups"], newest["rejected_events"]) == (7, 8, 8)
-
-
-@pytest.mark.spark
-def test_sql_by_name_reads_every_table_at_the_recorded_run(
-    spark: Any,
-    catalog_schema: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """``pelengine sql --schema S`` registers each table at the version the newest ``_runs``
-    row names (the VERSION AS OF query itself: test_native_reads_and_versions_by_name)."""
-    output = storage.Output(catalog="spark_catalog", schema=catalog_schema)
-    pel = spark.createDataFrame(
-        [(0, "k", "g", "1-0")], "db int, key string, group string, id string"
-    )
-    groups = spark.createDataFrame([(0, "k", "g")], "db int, key string, group string")
-    write_outputs(
-        spark, [("pel", pel), ("groups", groups)], output, txn_app_id=None, txn_version=None
-    )
-    for tables in ({"pel": 1, "groups": 1}, {"pel": 4, "groups": 2}):
-        storage.record_run(spark, output, {"tables": tables})
-    existing = {output.table(n).name for n in ("pel", "groups")}
-    read_at: dict[str, int | None] = {}
-    real_read = storage.read_table
-
-    def read_table(spark_: Any, ref: Any, version: int | None = None) -> Any:
-        if ref.name in existing:
-            read_at[ref.name.split(".")[-1].strip("`")] = version
-            return real_read(spark_, ref)  # Parquet: one version
-        return real_read(spark_, ref, version)
-
-    monkeypatch.setattr(storage, "table_exists", lambda _s, ref: ref.name in existing)
-    monkeypatch.setattr(storage, "read_table", read_table)
-    argv = ["sql", "SELECT count(*) AS n FROM pel JOIN groups USING (db, key, `group`)"]
-    code = cli.run(
-        [*argv, "--catalog", "spark_catalog", "--schema", catalog_schema, "--json"],
-        spark=spark,
-        progress=lambda _: None,
-    )
-    assert code == cli.EXIT_OK, capsys.readouterr().err
-    assert '"n": 1' in capsys.readouterr().out
-    assert read_at == {"pel": 4, "groups": 2}
-
-
-@pytest.mark.spark
+@pytest.mark.embedded
 def test_sql_by_name_without_native_delta_says_what_to_do(
     spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert storage.storage_mode(spark) == storage.EMBEDDED
     code = cli.run(["sql", "SELECT 1", "--schema", "redis_state"], spark=spark)
     assert code == cli.EXIT_USAGE
+    _says_what_to_do(capsys.readouterr().err)
+
+
+# ---- native Delta in the test session (Spark's in-memory catalog) -------------------------
+
+
+@pytest.fixture
+def schema(spark: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A schema of the session catalog stored under the test's temp dir, dropped after."""
+    name = "pelengine_" + request.node.name.split("[")[0].removeprefix("test_")[:40]
+    spark.sql(f"CREATE SCHEMA spark_catalog.{name} LOCATION '{tmp_path / 'warehouse'}'")
+    try:
+        yield name
+    finally:
+        spark.sql(f"DROP SCHEMA IF EXISTS spark_catalog.{name} CASCADE")
+
+
+def _log_versions(path: Path) -> list[int]:
+    """The commits in a Delta table's log (no Spark job)."""
+    return sorted(int(p.name[:20]) for p in (path / "_delta_log").glob("*.json"))
+
+
+@pytest.mark.spark
+@pytest.mark.native_delta
+def test_saveastable_by_name_is_idempotent_and_time_travels(
+    spark: Any, tmp_path: Path, schema: str
+) -> None:
+    """saveAsTable with txnAppId/txnVersion skips a write the table has seen; DESCRIBE
+    HISTORY and VERSION AS OF by name; managed tables under the schema's location,
+    external ones at their path."""
+    first = spark.createDataFrame([(0, "k", "1-0")], "db int, key string, id string")
+    second = spark.createDataFrame([(0, "k", "1-0"), (0, "k", "2-0")], first.schema)
+    managed = storage.Output(catalog="spark_catalog", schema=schema).table("pel")
+    assert isinstance(managed, storage.Table)
+    assert storage.table_version(spark, managed) is None
+    storage.write_table(first, managed, txn_app_id="nightly", txn_version=1)
+    storage.write_table(second, managed, txn_app_id="nightly", txn_version=1)  # seen: skipped
+    assert storage.table_version(spark, managed) == 0
+    assert spark.table(managed.name).count() == 1
+    storage.write_table(second, managed, txn_app_id="nightly", txn_version=2)
+    assert storage.table_version(spark, managed) == 1
+    assert storage.table_versions(spark, managed) == [1, 0]
+    assert storage.read_table(spark, managed, 0).count() == 1  # VERSION AS OF by name
+    assert storage.read_table(spark, managed).count() == 2
+    assert _log_versions(tmp_path / "warehouse" / "pel") == [0, 1]
+    # with a root: an external table at <root>/<table>, written and read by name
+    external = storage.Output(root=str(tmp_path / "ext"), schema=schema).table("groups")
+    storage.write_table(first, external, txn_app_id="nightly", txn_version=1)
+    storage.write_table(second, external, txn_app_id="nightly", txn_version=1)
+    assert _log_versions(tmp_path / "ext" / "groups") == [0]
+    assert storage.table_row_count(spark, external) == 1
+    location = [
+        r["data_type"]
+        for r in spark.sql(f"DESCRIBE TABLE EXTENDED {schema}.groups").collect()
+        if r["col_name"] == "Location"
+    ]
+    assert location and location[0].rstrip("/").endswith("ext/groups")
+
+
+@pytest.mark.spark
+@pytest.mark.native_delta
+def test_a_catalog_or_schema_the_session_has_not_is_refused_before_any_work(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run does not create a missing schema (Spark's saveAsTable does not either, but
+    only after the whole replay): one sentence, exit code 2, nothing read or written."""
+    events = str(tmp_path / "events")  # never read: not even created
+    os.makedirs(events)
+    cases = [
+        (
+            ["reconstruct", "--events", events, "--catalog", "spark_catalog", "--schema", "nope"],
+            "there is no schema `spark_catalog`.`nope`, and pelengine does not create schemas",
+        ),
+        (
+            ["sql", "SELECT 1", "--schema", "nope"],
+            "CREATE SCHEMA `nope`",
+        ),
+        (
+            ["reconstruct", "--events", "main.redis.events", "--out", str(tmp_path / "out")],
+            "--events main.redis.events: this session has no catalog main (it has spark_catalog)",
+        ),
+        (
+            ["reconstruct", "--events", events, "--catalog", "main", "--schema", "redis_state"],
+            "output main.redis_state: this session has no catalog main",
+        ),
+    ]
+    for argv, message in cases:
+        assert cli.run(argv, spark=spark, progress=lambda _: None) == cli.EXIT_USAGE, argv
+        err = capsys.readouterr().err
+        assert message in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert sorted(os.listdir(tmp_path)) == ["events"], "refused before any work"
+
+
+def _hold(started: str, go: str) -> bool:
+    """In a Python worker: say this task runs, then wait for ``go``."""
+    import os
+    import time
+
+    open(started, "w").close()
+    deadline = time.monotonic() + 300
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return True
+
+
+def _wait_for(path: Path, given_up: Path, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if given_up.exists():
+            raise RuntimeError(f"this run's write ended before {path} appeared")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.05)
+
+
+@pytest.mark.spark
+@pytest.mark.native_delta
+def test_two_writers_of_a_table_by_name_get_one_sentence(
+    spark: Any,
+    tmp_path: Path,
+    schema: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Catalog tables without a root have no run lease: two runs can write one table at
+    once, and Delta Lake refuses the later commit. Made deterministic here: this run's
+    write of ``streams`` is held (a UDF waits) after its Delta transaction began, while
+    another writer overwrites the same table by name; Delta's own ConcurrentAppendException
+    then reaches the CLI, which says it in one sentence (exit code 1, no traceback) and
+    records no run."""
+    from pyspark.sql import functions as F
+
+    from pelengine.generate import generate_events
+    from pelengine.schemas import EVENTS_SCHEMA, table_schema
+
+    events = str(tmp_path / "events")
+    rows = list(generate_events(120, 2, seed=3, faults=False))
+    storage.write_table(spark.createDataFrame(rows, EVENTS_SCHEMA), events)
+    output = storage.Output(catalog="spark_catalog", schema=schema)
+    target = output.table("streams")
+    assert isinstance(target, storage.Table)
+    storage.write_table(spark.createDataFrame([], table_schema("streams")), target)  # earlier
+    started, go = str(tmp_path / "started"), str(tmp_path / "go")
+
+    # nondeterministic: the filter stays above coalesce(1), in this write's one task
+    held = F.udf(lambda _: _hold(started, go), "boolean").asNondeterministic()
+
+    real_write: Callable[..., None] = storage.write_table
+    other: list[BaseException] = []
+
+    def racing_write(df: Any, ref: Any, mode: str = "overwrite", **options: Any) -> None:
+        if ref != target:
+            return real_write(df, ref, mode, **options)
+
+        def other_run() -> None:
+            try:
+                _wait_for(Path(started), Path(go))
+                real_write(df, ref, "overwrite")  # the other run's write of the same table
+            except BaseException as exc:
+                other.append(exc)
+            finally:
+                Path(go).touch()
+
+        thread = threading.Thread(target=other_run)
+        thread.start()
+        try:
+            real_write(df.coalesce(1).where(held(F.lit(1))), ref, mode, **options)
+        finally:
+            Path(go).touch()
+            thread.join()
+
+    monkeypatch.setattr(storage, "write_table", racing_write)
+    argv = ["reconstruct", "--events", events, "--catalog", "spark_catalog", "--schema", schema]
+    code = cli.run(argv, spark=spark, progress=lambda _: None)
     err = capsys.readouterr().err
-    assert "need native Delta Lake" in err and "Traceback" not in err
+    assert not other, other
+    assert code == cli.EXIT_FAILED, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("pelengine: reconstruct failed: ConcurrentWriteError: another run ")
+    assert f"committed to {target.name} while this run was writing it" in line
+    assert "Concurrent" in line and "run again once the other run has finished" in line
+    assert storage.table_version(spark, target) == 1, "the other run's commit stands"
+    assert not spark.catalog.tableExists(output.table(storage.RUNS_TABLE).name), "no run row"
 
 
-def test_sql_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
-    sentinel: Any = object()  # a usage error stops before any session use
-    assert cli.run(["sql", "SELECT 1"], spark=sentinel) == cli.EXIT_USAGE
-    assert "no output: give --out PATH, or --schema S" in capsys.readouterr().err
+# ---- native Delta across processes: a Hive metastore that outlives them ------------------
+
+#: process 1: refused for a missing schema; then the schemas, the events table registered
+#: by name, and two runs by name (managed --incremental, and external with --out and txn
+#: options), all through cli.run in one session; prints {step: [exit code, stdout, stderr]}
+FIRST_PROCESS = """
+import contextlib, io, json, sys
+from pelengine import cli
+from pelengine.config import load_config
+from pelengine.session import build_session, stop_session
+
+conf, events, ext, managed, external = sys.argv[1:6]
+spark = build_session(load_config([conf]))
+results = {}
+
+def run(step, argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.run([*argv, "--conf", conf], spark=spark, progress=lambda _: None)
+    results[step] = [code, out.getvalue(), err.getvalue()]
+
+run("refused", json.loads(managed))
+spark.sql("CREATE SCHEMA spark_catalog.redis_state")
+spark.sql("CREATE SCHEMA spark_catalog.redis_ext")
+spark.sql(f"CREATE TABLE spark_catalog.redis_state.events USING delta LOCATION '{events}'")
+run("managed", json.loads(managed))
+run("external", json.loads(external))
+stop_session(spark)
+print(json.dumps(results))
+"""
+
+EVENTS_BY_NAME = "spark_catalog.redis_state.events"
+MANAGED = [
+    "reconstruct",
+    "--incremental",
+    "--events",
+    EVENTS_BY_NAME,
+    "--catalog",
+    "spark_catalog",
+    "--schema",
+    "redis_state",
+    "--json",
+]
+
+
+def _hive_conf(tmp_path: Path) -> Path:
+    """The CLI's --conf of a session on Spark's Hive support with its Derby metastore (and
+    derby.log) and warehouse under ``tmp_path``."""
+    path = tmp_path / "hive.yaml"
+    conf = {
+        "spark": {
+            "conf": {
+                "spark.sql.catalogImplementation": "hive",
+                "spark.sql.warehouse.dir": str(tmp_path / "warehouse"),
+                "spark.hadoop.javax.jdo.option.ConnectionURL": (
+                    f"jdbc:derby:;databaseName={tmp_path / 'metastore_db'};create=true"
+                ),
+                # Hive refuses (and logs an ERROR for) the column change a Delta table's
+                # CREATE OR REPLACE asks of its placeholder schema; Spark then stores it in
+                # its own format anyway
+                "spark.hadoop.hive.metastore.disallow.incompatible.col.type.changes": "false",
+                "spark.driver.extraJavaOptions": f"-Dderby.system.home={tmp_path}",
+            }
+        }
+    }
+    path.write_text(json.dumps(conf))  # JSON is YAML
+    return path
+
+
+def _process(tmp_path: Path, label: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """One process of ``argv`` (the test's store through PELENGINE_STORE) in ``tmp_path``."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    started = time.monotonic()
+    done = subprocess.run(
+        argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    print(f"{label}: {time.monotonic() - started:.1f} s")
+    with (tmp_path / "processes.log").open("a") as log:  # kept for a failure's inspection
+        log.write(f"==== {label}: {argv[1:]}\n{done.stderr}\n")
+    return done
+
+
+def _pelengine(tmp_path: Path, *argv: str) -> Any:
+    """The console script in a new process: its JSON output (exit code 0 asserted)."""
+    script = str(Path(sys.executable).with_name("pelengine"))
+    conf = str(tmp_path / "hive.yaml")
+    done = _process(tmp_path, f"pelengine {argv[0]}", [script, *argv, "--conf", conf])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def _rows(spark: Any, path: Path, version: int | None = None) -> list[tuple[Any, ...]]:
+    """A table read by path (no catalog), key columns sorted."""
+    df = storage.read_table(spark, str(path), version)
+    return sorted(tuple(r) for r in df.select("key", "group", "id", "consumer").collect())
+
+
+@pytest.mark.spark
+@pytest.mark.native_delta
+def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
+    from pelengine.generate import generate_events
+    from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+
+    tables = (*OUTPUT_TABLES, "rejected_events")
+    rows = list(generate_events(300, 3, seed=11))
+    cut = len(rows) * 2 // 3
+    events, ext = tmp_path / "events", tmp_path / "ext"
+    storage.write_table(spark.createDataFrame(rows[:cut], EVENTS_SCHEMA), str(events))
+    _hive_conf(tmp_path)
+    external = ["reconstruct", "--events", EVENTS_BY_NAME, "--schema", "redis_ext"]
+    external += ["--out", str(ext), "--txn-app-id", "nightly", "--txn-version", "1", "--json"]
+
+    # process 1: refused (no schema), then by name: managed, and external with --out
+    argv = [str(tmp_path / "hive.yaml"), str(events), str(ext)]
+    argv += [json.dumps(MANAGED), json.dumps(external)]
+    done = _process(tmp_path, "process 1", [sys.executable, "-c", FIRST_PROCESS, *argv])
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = json.loads(done.stdout.strip().splitlines()[-1])
+    code, _, err = first["refused"]
+    assert code == cli.EXIT_USAGE, err
+    assert err.strip().splitlines() == [
+        "pelengine reconstruct: error: output spark_catalog.redis_state: there is no schema "
+        "`spark_catalog`.`redis_state`, and pelengine does not create schemas: create it first "
+        "(CREATE SCHEMA `spark_catalog`.`redis_state`, with the LOCATION or MANAGED LOCATION "
+        "its managed tables should use), or name an existing one"
+    ]
+    for step in ("managed", "external"):
+        assert first[step][0] == cli.EXIT_OK, first[step][2][-3000:]
+    managed_1 = json.loads(first["managed"][1])
+    external_1 = json.loads(first["external"][1])
+    assert managed_1["storage"] == "native" and managed_1["incremental"]["mode"] == "full"
+    assert managed_1["input"] == {"path": EVENTS_BY_NAME, "delta_version": 0}
+    assert managed_1["tables"] == dict.fromkeys(tables, 0)
+    assert external_1["tables"] == dict.fromkeys(tables, 0)
+    state = tmp_path / "warehouse" / "redis_state.db"  # managed: the metastore chose where
+    assert {t for t in tables if (state / t / "_delta_log").is_dir()} == set(tables)
+    assert (state / "_state" / "_delta_log").is_dir() and (state / "_runs").is_dir()
+    assert all((ext / t / "_delta_log").is_dir() for t in (*tables, "_runs"))
+    assert (tmp_path / "derby.log").exists() and (tmp_path / "metastore_db").is_dir()
+
+    # process 2: the external run again (same txnAppId/txnVersion): Delta skips every write
+    logs = {t: _log_versions(ext / t) for t in tables}
+    external_2 = _pelengine(tmp_path, *external)
+    assert external_2["tables"] == external_1["tables"]
+    assert {t: _log_versions(ext / t) for t in tables} == logs, "no table version moved"
+    assert [r["tables"] for r in storage.read_table(spark, str(ext / "_runs")).collect()] == [
+        external_1["tables"]
+    ] * 2
+
+    # process 3: a night with --incremental after appended events (the events by name)
+    storage.write_table(spark.createDataFrame(rows[cut:], EVENTS_SCHEMA), str(events), "append")
+    managed_3 = _pelengine(tmp_path, *MANAGED)
+    assert managed_3["incremental"]["mode"] == "incremental"
+    assert managed_3["input"]["delta_version"] == 1
+    assert managed_3["tables"] == dict.fromkeys(tables, 1)
+    runs = storage.read_table(spark, str(state / "_runs")).orderBy("finished_at").collect()
+    assert [r["tables"] for r in runs] == [managed_1["tables"], managed_3["tables"]]
+    assert [r["as_of_seq"] for r in runs] == [managed_1["as_of_seq"], managed_3["as_of_seq"]]
+    # a later run killed after writing pel: a version no _runs row names
+    pel = state / "pel"
+    storage.write_table(storage.read_table(spark, str(pel)).limit(0), str(pel))
+    assert _log_versions(pel) == [0, 1, 2]
+
+    # process 4: sql by name reads the recorded versions; VERSION AS OF the older run's
+    columns = "key, `group`, id, consumer"
+    query = (
+        f"SELECT 'recorded' AS v, {columns} FROM pel UNION ALL "
+        f"SELECT 'first', {columns} FROM spark_catalog.redis_state.pel VERSION AS OF 0 UNION ALL "
+        f"SELECT 'latest', {columns} FROM spark_catalog.redis_state.pel"
+    )
+    answer = _pelengine(
+        tmp_path,
+        "sql",
+        query,
+        "--catalog",
+        "spark_catalog",
+        "--schema",
+        "redis_state",
+        "--json",
+        "--limit",
+        "0",
+    )
+    seen: dict[str, list[tuple[Any, ...]]] = {"recorded": [], "first": [], "latest": []}
+    for row in answer:
+        seen[row["v"]].append((row["key"], row["group"], row["id"], row["consumer"]))
+    assert sorted(seen["recorded"]) == _rows(spark, pel, 1) and seen["recorded"]
+    assert sorted(seen["first"]) == _rows(spark, pel, 0) != _rows(spark, pel, 1)
+    assert seen["latest"] == []

@@ -116,14 +116,35 @@ class _FakeNativeSpark:
         return Result()
 
 
-def test_native_table_version_uses_describe_history() -> None:
-    fake = _FakeNativeSpark({"/data/odd`name": 7})
+def test_native_table_version_of_a_remote_path_uses_describe_history() -> None:
+    """An object store path (no S3 here: a fake session) is asked of native Delta; a local
+    path is answered from its _delta_log listing (test_a_local_tables_version_is_its_log)."""
+    fake = _FakeNativeSpark({"s3://b/odd`name": 7})
     spark: Any = fake
     assert storage.install_storage(spark) == "native"  # already chosen: idempotent
-    assert storage.table_version(spark, "/data/odd`name") == 7
-    assert fake.queries == ["DESCRIBE HISTORY delta.`/data/odd``name` LIMIT 1"]
-    assert storage.table_version(spark, "/data/none") is None
-    assert not storage.table_exists(spark, "/data/none")
+    assert storage.table_version(spark, "s3://b/odd`name") == 7
+    assert fake.queries == ["DESCRIBE HISTORY delta.`s3://b/odd``name` LIMIT 1"]
+    assert storage.table_version(spark, "s3://b/none") is None
+    assert not storage.table_exists(spark, "s3://b/none")
+
+
+def test_a_local_tables_version_is_its_log(tmp_path: Path) -> None:
+    """The newest ``<version>.json`` of ``_delta_log`` (checkpoints and checksums aside);
+    no log, no table. Asks no session."""
+    log = tmp_path / "t" / "_delta_log"
+    assert storage.table_version(None, str(tmp_path / "t")) is None  # type: ignore[arg-type]
+    log.mkdir(parents=True)
+    assert storage.table_version(None, str(tmp_path / "t")) is None  # type: ignore[arg-type]
+    for name in (
+        "00000000000000000000.json",
+        "00000000000000000010.checkpoint.parquet",
+        "00000000000000000011.json",
+        "00000000000000000012.crc",
+        "_last_checkpoint",
+    ):
+        (log / name).write_text("")
+    assert storage.table_version(None, str(tmp_path / "t")) == 11  # type: ignore[arg-type]
+    assert storage.table_version(None, f"file://{tmp_path}/t") == 11  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- round trips
