@@ -159,6 +159,39 @@ def test_reconstruct_passes_options(
     assert '"read": 5' in capsys.readouterr().out
 
 
+def test_demo_runs_with_the_configured_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`demo` replays with the configuration's reconstruct section, as `reconstruct` does:
+    node sizes, split_groups and engine from --conf, the profile from --redis-version."""
+    import pelengine.read.summary as summary
+    import pelengine.runs.full as full
+    import pelengine.runs.generate as generate
+    import pelengine.runs.output as output
+
+    seen: dict[str, Any] = {}
+
+    def fake_run(spark: Any, events: str, out: str, settings: Any, progress: Any) -> dict:
+        seen["settings"] = settings
+        return {}
+
+    monkeypatch.setattr(generate, "write_generated_events", lambda *a, **k: 0)
+    monkeypatch.setattr(full, "run_reconstruct", fake_run)
+    monkeypatch.setattr(output, "format_report", lambda report: "REPORT")
+    monkeypatch.setattr(summary, "summarize", lambda spark, out: "SUMMARY")
+    conf = tmp_path / "c.yaml"
+    conf.write_text(
+        "reconstruct:\n  stream_node_max_entries: 7\n  stream_node_max_bytes: 512\n"
+        "  split_groups: 2\n  engine: python\n"
+    )
+    argv = ["demo", "--dir", str(tmp_path / "demo"), "--conf", str(conf)]
+    assert run_cli([*argv, "--redis-version", "7.4"]) == cli.EXIT_OK
+    got = seen["settings"]
+    assert (got.node_max_entries, got.node_max_bytes, got.split_groups) == (7, 512, 2)
+    assert (got.engine, got.profile) == ("python", "7.4")
+    assert "SUMMARY" in capsys.readouterr().out
+
+
 def test_failure_exits_1_and_names_the_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
