@@ -721,6 +721,7 @@ class Bench:
         self.args = args
         self.spark: Any = None
         self.conf: Any = None
+        self.rec: Any = None
         self.sampler = Sampler(heartbeat=args.heartbeat)
         self.roles = RoleCpu()
         self.failed = False
@@ -730,11 +731,16 @@ class Bench:
     # -- session ----------------------------------------------------------------
 
     def start_session(self) -> None:
-        from pelengine.config import load_config
+        try:
+            from pelengine.settings import load_config
+        except ImportError:  # a checkout from before the one configuration ("before")
+            from pelengine.config import load_config  # type: ignore[import-not-found,no-redef]
         from pelengine.session import build_session
         from pelengine.storage import storage_mode
 
         self.conf = load_config([self.args.conf] if self.args.conf else [])
+        # the configuration's reconstruct section (older checkouts: the Config itself)
+        self.rec = getattr(self.conf, "reconstruct", self.conf)
         say("step session: starting Spark")
         t = time.monotonic()
         self.spark = build_session(self.conf, lambda m: say("  " + m))
@@ -753,7 +759,7 @@ class Bench:
             "java_vm": str(jvm.java.lang.System.getProperty("java.vm.name")),
             "jvm_max_heap_gib": gb(int(jvm.java.lang.Runtime.getRuntime().maxMemory())),
             "conf_files": list(self.conf.sources),
-            "profile": self.conf.profile,
+            "profile": self.rec.profile,
         }
         say(f"step session: {took:.1f} s (storage {self.session['storage_mode']})")
 
@@ -853,10 +859,10 @@ class Bench:
         out = Path(self.args.work_dir) / f"out-{size_label}-{os.getpid()}"
         shutil.rmtree(out, ignore_errors=True)
         engine = {"engine": self.args.engine} if self.args.engine != "auto" else {}
-        options = Settings(
-            profile=self.conf.profile,
-            node_max_entries=self.conf.node_max_entries,
-            node_max_bytes=self.conf.node_max_bytes,
+        settings = Settings(
+            profile=self.rec.profile,
+            node_max_entries=self.rec.node_max_entries,
+            node_max_bytes=self.rec.node_max_bytes,
             **engine,
         )
         say(f"step {name}: run_reconstruct {events_path} -> {out} (fresh output)")
@@ -877,7 +883,7 @@ class Bench:
 
         t = time.monotonic()
         try:
-            report = run_reconstruct(self.spark, events_path, str(out), options, progress)
+            report = run_reconstruct(self.spark, events_path, str(out), settings, progress)
         finally:
             took = time.monotonic() - t
             mem = self.sampler.end()
@@ -980,7 +986,7 @@ class Bench:
         limit = self.args.engine_events
         engine = self.engine()
         say(
-            f"step engine: the {engine} engine ({self.conf.profile}) over "
+            f"step engine: the {engine} engine ({self.rec.profile}) over "
             f"{'all' if limit is None else f'the first {limit:,}'} events in seq order, "
             "one process"
         )
@@ -992,9 +998,9 @@ class Bench:
                 engine_run_native if engine == "native" else engine_run,
                 valid_path,
                 limit,
-                self.conf.profile,
-                self.conf.node_max_entries,
-                self.conf.node_max_bytes,
+                self.rec.profile,
+                self.rec.node_max_entries,
+                self.rec.node_max_bytes,
             )
         finally:
             took = time.monotonic() - t

@@ -388,8 +388,8 @@ def main() -> int:
     from dataclasses import replace
 
     import pelengine
-    from pelengine.config import load_config
     from pelengine.session import build_session
+    from pelengine.settings import load_config
 
     work = args.dir or tempfile.mkdtemp(prefix="pelengine-hot-")
     os.makedirs(work, exist_ok=True)

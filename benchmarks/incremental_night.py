@@ -61,12 +61,11 @@ def main() -> int:
 
     cpu = role_cpu()  # sets PYSPARK_PYTHON to its wrapper when it can count
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pelengine.config import load_config
     from pelengine.runs.full import run_reconstruct
     from pelengine.runs.generate import generated_arrow_table
     from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
     from pelengine.session import build_session
-    from pelengine.settings import Settings
+    from pelengine.settings import Settings, load_config
     from pelengine.storage import read_table, write_table
 
     def say(msg: str) -> None:

@@ -69,10 +69,9 @@ def main() -> int:
     n_events = parse_size(args.events)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pelengine.config import load_config
     from pelengine.runs.full import run_reconstruct
     from pelengine.session import build_session
-    from pelengine.settings import Settings
+    from pelengine.settings import Settings, load_config
     from pelengine.storage import table_row_count, write_table
 
     work = args.dir or tempfile.mkdtemp(prefix="pelengine-groups-")

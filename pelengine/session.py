@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pelengine.config import Config, ConfigError
+from pelengine.settings import Config, ConfigError
 from pelengine.storage import on_databricks
 
 if TYPE_CHECKING:
@@ -147,17 +147,15 @@ def connect_session(
     from pyspark.sql import SparkSession
 
     from pelengine.storage import EMBEDDED, StorageSetupError, install_storage, storage_reason
-    from pelengine.storage.jars import STORE_ENV, StoreChoiceError
+    from pelengine.storage.jars import STORE_ENV, store_asked
 
-    store = os.environ.get(STORE_ENV) or conf.storage.store
+    store = store_asked(conf.storage.store)
     if store == EMBEDDED:
         raise StorageSetupError(
             f"storage.store (or {STORE_ENV}) is embedded, but over Spark Connect the store is "
             "the server's: native Delta Lake, started with the server (the embedded delta-rs "
             "store is not offered over Spark Connect); unset it or use auto/native"
         )
-    if store not in ("auto", "native"):
-        raise StoreChoiceError(f"storage.store (or {STORE_ENV}) {store!r} is not auto or native")
     spark = SparkSession.builder.remote(url).getOrCreate()
     kept = []
     for key, value in conf.spark.conf.items():

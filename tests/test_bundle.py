@@ -337,8 +337,8 @@ def test_databricks_session_path_touches_nothing_serverless_refuses(
 ) -> None:
     from pyspark.sql import SparkSession
 
-    from pelengine.config import load_config
     from pelengine.session import build_session, on_databricks, stop_session
+    from pelengine.settings import load_config
 
     monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "client.4.0")
     assert on_databricks()

@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 
 from pelengine import cli
-from pelengine.config import ConfigError, load_config, packaged_defaults
+from pelengine.commands.args import generate_sizes
+from pelengine.settings import (
+    ConfigError,
+    Settings,
+    SettingsError,
+    load_config,
+    packaged_defaults,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SENTINEL_SPARK: Any = object()  # stands in for a session: commands below never touch it
@@ -64,9 +71,11 @@ def test_reconstruct_arguments() -> None:
 def test_generate_and_demo_arguments_default_to_conf() -> None:
     args = cli.build_parser().parse_args(["generate", "--out", "x"])
     assert (args.events, args.keys, args.seed, args.no_faults) == (None, None, None, False)
-    assert cli._sizes(args, load_config()) == (20_000, 20, 7)
+    sizes = generate_sizes(args, load_config())
+    assert (sizes.events, sizes.keys, sizes.seed) == (20_000, 20, 7)
     args = cli.build_parser().parse_args(["demo", "--events", "10", "--seed", "3"])
-    assert cli._sizes(args, load_config()) == (10, 20, 3)
+    sizes = generate_sizes(args, load_config())
+    assert (sizes.events, sizes.keys, sizes.seed) == (10, 20, 3)
 
 
 @pytest.mark.parametrize(
@@ -278,7 +287,7 @@ def test_defaults_have_one_copy() -> None:
 
 def test_defaults_and_overlays(tmp_path: Path) -> None:
     conf = load_config()
-    assert conf.profile == "7.0"
+    assert conf.reconstruct.profile == "7.0"
     assert (conf.generate.events, conf.generate.keys, conf.generate.seed) == (20_000, 20, 7)
     assert conf.spark.master == "local[2]"
     assert conf.spark.conf["spark.sql.shuffle.partitions"] == "2"
@@ -293,8 +302,8 @@ def test_defaults_and_overlays(tmp_path: Path) -> None:
         "spark: {master: null, conf: {spark.sql.shuffle.partitions: 8}}\n"
     )
     merged = load_config([over])
-    assert merged.profile == "7.4" and merged.generate.seed == 99
-    assert (merged.node_max_entries, merged.node_max_bytes) == (7, 4096)
+    assert merged.reconstruct.profile == "7.4" and merged.generate.seed == 99
+    assert (merged.reconstruct.node_max_entries, merged.reconstruct.node_max_bytes) == (7, 4096)
     assert merged.generate.events == 20_000  # untouched keys keep their defaults
     assert merged.spark.master is None
     assert merged.spark.conf["spark.sql.shuffle.partitions"] == "8"
@@ -312,6 +321,64 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
     bad.write_text("- a list\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config([bad])
+
+
+def test_each_value_is_checked_once_and_named_where_it_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rule lives in the dataclass; the file names the key, the CLI the option."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("reconstruct: {engine: turbo}\n")
+    with pytest.raises(ConfigError, match=r"'reconstruct\.engine': 'turbo' is not one of auto"):
+        load_config([bad])
+    with pytest.raises(SettingsError, match=r"^engine: 'turbo' is not one of auto"):
+        Settings(engine="turbo")
+    events = str(tmp_path)
+    assert run_cli(["reconstruct", "--events", events, "--out", "o", "--engine", "x"]) == 2
+    assert "error: --engine: 'x' is not one of auto, native, python" in capsys.readouterr().err
+    asked = ["--incremental", "--as-of-seq", "3"]
+    assert run_cli(["reconstruct", "--events", events, "--out", "o", *asked]) == 2
+    err = capsys.readouterr().err
+    assert "error: --incremental cannot be combined with --as-of-ms/--as-of-seq" in err
+    nodes = ["--stream-node-max-bytes", "-1"]
+    assert run_cli(["reconstruct", "--events", events, "--out", "o", *nodes]) == 2
+    assert (
+        "error: --stream-node-max-bytes must be an integer >= 0, got -1" in capsys.readouterr().err
+    )
+    assert run_cli(["demo", "--keys", "0"]) == 2
+    assert "error: --keys must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_null_or_empty_in_a_file_means_not_given(tmp_path: Path) -> None:
+    over = tmp_path / "over.yaml"
+    over.write_text(
+        "reconstruct: {engine: null, split_groups: 3, profile: 7.4}\ndemo: {dir: ''}\n"
+        "spark: {master: null, log_level: '', conf: {spark.ui.enabled: null}}\n"
+    )
+    conf = load_config([over])
+    assert (conf.reconstruct.engine, conf.reconstruct.split_groups) == ("auto", 3)
+    assert conf.reconstruct.profile == "7.4"  # a YAML number read as its text
+    assert conf.demo.dir == "demo"
+    assert (conf.spark.master, conf.spark.log_level) == (None, None)
+    assert "spark.ui.enabled" not in conf.spark.conf
+
+
+def test_the_packaged_file_and_the_fields_cannot_drift(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key of defaults.yaml no field reads fails (at import: here, called again)."""
+    from pelengine import settings
+
+    settings._check_packaged()  # the shipped file: every key read
+    assert settings.conf_fields(Settings)["stream_node_max_entries"].name == "node_max_entries"
+    shipped = settings._DEFAULTS
+    extra = {**shipped, "reconstruct": {**shipped["reconstruct"], "x": 1}}
+    monkeypatch.setattr(settings, "_DEFAULTS", extra)
+    with pytest.raises(ConfigError, match=r"'reconstruct' \['x'\] is read by no field"):
+        settings._check_packaged()
+    monkeypatch.setattr(settings, "_DEFAULTS", {**shipped, "colour": {}})
+    with pytest.raises(ConfigError, match="'colour'"):
+        settings._check_packaged()
+    with pytest.raises(KeyError, match="no_such_key"):
+        settings.conf_field("reconstruct", "no_such_key")
 
 
 # ---- end to end (Spark) -------------------------------------------------------------

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pelengine"
 # room of a module (longest matching prefix) -> height; higher may import lower
 ROOMS = {
     "pelengine.cli": 6,
-    "pelengine.config": 5,
+    "pelengine.commands": 6,
     "pelengine.session": 5,
     "pelengine.runs": 4,
     "pelengine.pipeline": 3,

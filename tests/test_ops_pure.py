@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from pelengine import cli
-from pelengine.config import ConfigError, load_config
+from pelengine.commands.args import report_thresholds
 from pelengine.progress import ProgressReporter, format_duration, spark_status
 from pelengine.read.pending import (
     INVALID_ID,
@@ -24,7 +24,7 @@ from pelengine.read.pending import (
     range_bounds,
 )
 from pelengine.read.report import Thresholds
-from pelengine.settings import Settings
+from pelengine.settings import ConfigError, Settings, load_config
 from pelengine.tabular import format_csv, format_json, format_table
 
 M = UINT64_MAX
@@ -282,8 +282,8 @@ def test_report_thresholds_from_conf_and_flags(tmp_path: Path) -> None:
     conf = load_config([over])
     assert conf.progress.heartbeat_s == 0
     args = cli.build_parser().parse_args(["report", "--out", "o", "--stuck-idle-ms", "77"])
-    assert cli.report_thresholds(args, conf) == Thresholds(9, 77, 3_600_000, 1)
-    assert cli.report_thresholds(args, load_config()) == Thresholds(5, 77, 3_600_000, 1)
+    assert report_thresholds(args, conf) == Thresholds(9, 77, 3_600_000, 1)
+    assert report_thresholds(args, load_config()) == Thresholds(5, 77, 3_600_000, 1)
     over.write_text("report: {poison_count: 0}\n")
     with pytest.raises(ConfigError, match=r"report\.poison_count"):
         load_config([over])

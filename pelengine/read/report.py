@@ -41,6 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, LongType, StringType
 
 from pelengine import storage
+from pelengine.settings import Thresholds  # conf report: (pelengine/conf/defaults.yaml)
 
 REPORT_TABLES = (
     "report_poison",
@@ -61,27 +62,6 @@ _ENTRY = (
     "delivery_time_ms",
 )
 MAX_SNAPSHOT_LOOKBACK = 50  # Delta versions of groups looked at to find lag_runs+1 snapshots
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """What counts as a problem (defaults: conf ``report:``)."""
-
-    poison_count: int = 5
-    stuck_idle_ms: int = 300_000
-    dead_inactive_ms: int = 3_600_000
-    lag_runs: int = 1
-
-    def __post_init__(self) -> None:
-        for name, minimum in (
-            ("poison_count", 1),
-            ("stuck_idle_ms", 0),
-            ("dead_inactive_ms", 0),
-            ("lag_runs", 1),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 @dataclass

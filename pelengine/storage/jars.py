@@ -19,12 +19,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from pelengine.settings import SettingsError, store_name
+
 #: the store, overriding the configuration's ``storage.store`` (auto, native, embedded)
 STORE_ENV = "PELENGINE_STORE"
 #: a folder holding delta-spark's jars (what ``jars/fetch.py`` writes), overriding the
 #: configuration's ``storage.delta_jars`` and the checkout's ``jars/lib``
 DELTA_JARS_ENV = "PELENGINE_DELTA_JARS"
-STORES = ("auto", "native", "embedded")
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 CATALOG_CONF = "spark.sql.catalog.spark_catalog"
@@ -77,8 +78,12 @@ class StoreChoice:
 
 
 def store_asked(store: str = "auto") -> str:
-    """The store asked for: ``PELENGINE_STORE`` when set, else ``store``."""
-    return os.environ.get(STORE_ENV) or store
+    """The store asked for: ``PELENGINE_STORE`` when set, else ``store`` (the
+    configuration's ``storage.store``); StoreChoiceError when it names no store."""
+    try:
+        return store_name(os.environ.get(STORE_ENV) or store)
+    except SettingsError as exc:
+        raise StoreChoiceError(exc.naming(lambda _: f"storage.store (or {STORE_ENV})")) from None
 
 
 def session_conf(
@@ -88,10 +93,6 @@ def session_conf(
     native Delta, ``spark.jars``, the Delta SQL extension (after ``extensions`` already
     configured) and catalog."""
     store = store_asked(store)
-    if store not in STORES:
-        raise StoreChoiceError(
-            f"storage.store (or {STORE_ENV}) {store!r} is not one of {', '.join(STORES)}"
-        )
     if store == "embedded":
         return StoreChoice({}, "the embedded store was asked for")
     jars, origin = find_delta_jars(folder)

@@ -42,14 +42,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine import cli, storage
-from pelengine.config import ConfigError, load_config
 from pelengine.generate import generate_events
 from pelengine.progress import quiet
 from pelengine.read.report import REPORT_TABLES
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
 from pelengine.session import build_session, connect_url
-from pelengine.settings import Settings
+from pelengine.settings import ConfigError, Settings, load_config
 from pelengine.storage.jars import (
     CATALOG_CONF,
     DELTA_CATALOG,

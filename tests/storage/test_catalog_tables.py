@@ -35,7 +35,8 @@ from typing import Any
 import pytest
 
 from pelengine import cli, storage
-from pelengine.config import ConfigError, load_config
+from pelengine.commands.args import reconstruct_output
+from pelengine.settings import ConfigError, load_config
 
 # ---- names -------------------------------------------------------------------------------
 
@@ -122,11 +123,11 @@ def test_output_options_over_conf(tmp_path: Path) -> None:
     conf = load_config([_conf(tmp_path, "output:\n  catalog: main\n  schema: redis_state\n")])
     assert (conf.output.catalog, conf.output.schema) == ("main", "redis_state")
     args = parse(["reconstruct", "--events", "e", "--schema", "other"])
-    assert cli.reconstruct_output(args, conf) == storage.Output(None, "main", "other")
+    assert reconstruct_output(args, conf) == storage.Output(None, "main", "other")
     # empty values (a Databricks job parameter left empty) mean "not given here"
     args = parse(["reconstruct", "--events", "e", "--out", "o", "--catalog", "", "--schema", ""])
-    assert cli.reconstruct_output(args, load_config()) == storage.Output(root="o")
-    assert cli.reconstruct_output(args, conf) == storage.Output("o", "main", "redis_state")
+    assert reconstruct_output(args, load_config()) == storage.Output(root="o")
+    assert reconstruct_output(args, conf) == storage.Output("o", "main", "redis_state")
     with pytest.raises(ConfigError, match="'output.catalog' needs 'output.schema'"):
         load_config([_conf(tmp_path, "output:\n  catalog: main\n")])
 
@@ -384,7 +385,7 @@ def test_two_writers_of_a_table_by_name_get_one_sentence(
 FIRST_PROCESS = """
 import contextlib, io, json, sys
 from pelengine import cli
-from pelengine.config import load_config
+from pelengine.settings import load_config
 from pelengine.session import build_session, stop_session
 
 conf, events, ext, managed, external = sys.argv[1:6]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pelengine import storage
-from pelengine.config import ConfigError, load_config
+from pelengine.settings import ConfigError, load_config
 from pelengine.storage import SessionFacts, StorageSetupError, choose_storage_mode
 from pelengine.storage.jars import (
     DELTA_CATALOG,
