@@ -132,7 +132,7 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 # ---- calling the library -------------------------------------------------------------
 
 
-def test_reconstruct_passes_options(
+def test_reconstruct_passes_its_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import pelengine.runs.full as full
@@ -140,8 +140,8 @@ def test_reconstruct_passes_options(
 
     seen: dict[str, Any] = {}
 
-    def fake_run(spark: Any, events: str, out: str, options: Any, progress: Any) -> dict:
-        seen.update(spark=spark, events=events, out=out, options=options)
+    def fake_run(spark: Any, events: str, out: str, settings: Any, progress: Any) -> dict:
+        seen.update(spark=spark, events=events, out=out, settings=settings)
         return {"events": {"read": 5}}
 
     monkeypatch.setattr(full, "run_reconstruct", fake_run)
@@ -151,18 +151,18 @@ def test_reconstruct_passes_options(
         + ["--txn-app-id", "app", "--txn-version", "4"]
     )
     assert code == cli.EXIT_OK
-    opts = seen["options"]
+    got = seen["settings"]
     assert seen["spark"] is SENTINEL_SPARK and seen["events"] == str(tmp_path)
-    assert (opts.profile, opts.as_of_seq, opts.as_of_ms) == ("7.0", 9, None)
-    assert (opts.txn_app_id, opts.txn_version) == ("app", 4)
-    assert (opts.node_max_entries, opts.node_max_bytes) == (100, 4096)  # Redis' defaults
+    assert (got.profile, got.as_of_seq, got.as_of_ms) == ("7.0", 9, None)
+    assert (got.txn_app_id, got.txn_version) == ("app", 4)
+    assert (got.node_max_entries, got.node_max_bytes) == (100, 4096)  # Redis' defaults
     assert "REPORT" in capsys.readouterr().out
     nodes = ["--stream-node-max-entries", "0", "--stream-node-max-bytes", "512"]
     assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", *nodes]) == 0
-    assert (seen["options"].node_max_entries, seen["options"].node_max_bytes) == (0, 512)
+    assert (seen["settings"].node_max_entries, seen["settings"].node_max_bytes) == (0, 512)
     version = ["--redis-version", "valkey-9.1.2"]
     assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", *version]) == 0
-    assert seen["options"].profile == "valkey-9.1.2"  # resolved where it is used, once
+    assert seen["settings"].profile == "valkey-9.1.2"  # resolved where it is used, once
     capsys.readouterr()
     assert run_cli(["reconstruct", "--events", str(tmp_path), "--out", "o", "--json"]) == 0
     assert '"read": 5' in capsys.readouterr().out

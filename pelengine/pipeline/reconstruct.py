@@ -98,7 +98,7 @@ def _persist(
 def reconstruct(
     spark: SparkSession,
     events: DataFrame,
-    options: Settings | None = None,
+    settings: Settings | None = None,
     progress: Progress = quiet,
     carry: Carry | None = None,
     mark_seq: int | None = None,
@@ -110,11 +110,11 @@ def reconstruct(
     rows are carried over from ``carry.previous``. ``mark_seq`` (incremental): the state
     rows also digest the rows up to it (``mark_n``/``mark_x``).
     """
-    options = options or Settings()
-    chosen, profile_reason = options.model_profile, options.profile_reason
+    settings = settings or Settings()
+    chosen, profile_reason = settings.model_profile, settings.profile_reason
     profile = chosen.name
     # once, on the driver: the executors run what was chosen here (a plain value)
-    engine, engine_reason = resolve_engine(options.engine, keep_state=options.incremental)
+    engine, engine_reason = resolve_engine(settings.engine, keep_state=settings.incremental)
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
@@ -130,7 +130,7 @@ def reconstruct(
     # The events are read and checked once: every row with its ``reason`` (null: to be
     # replayed) is cached; the valid rows, the rejected ones and every check come from it.
     conformed = conform_events(events)
-    partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    partitions = settings.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
     # as many partitions as the run's parallelism, not one per file of the events table:
     # every stage before the replay's shuffle (the router UDF among them) runs per partition
     tagged = _persist(tag_rejected(conformed.coalesce(partitions), shared=False), persisted)
@@ -145,22 +145,22 @@ def reconstruct(
     valid, rejected = split_tagged(tagged)
     initial_db = carry.select_db if carry is not None else 0
     carried: dict[str, Any] = {}
-    if options.incremental:
+    if settings.incremental:
         carried["select_db"] = last_select_db(valid, initial_db)
     windowed = selects_without_db(valid)
     valid = resolve_db(spark, valid, initial_db, windowed)
     valid = valid.select(*(f.name for f in EVENTS_SCHEMA.fields))
-    valid, stop_seq = cut_as_of(valid, options.as_of_ms, options.as_of_seq)
+    valid, stop_seq = cut_as_of(valid, settings.as_of_ms, settings.as_of_seq)
     open_units = carry.open_units if carry is not None else None
     if chosen.unit_time_snapshot:
         valid = mark_units(valid, open_units, times=True)
     else:  # 7.0: units matter only to blocking reads (marked after routing, if any)
         valid = valid.withColumn(EXEC_UNIT, F.lit(None).cast(LongType()))
-    if windowed or chosen.unit_time_snapshot or options.as_of_ms is not None:
+    if windowed or chosen.unit_time_snapshot or settings.as_of_ms is not None:
         # windows over the whole log: computed once (otherwise valid is a cheap
         # projection of the cached rows)
         valid = _persist(valid, persisted)
-    if options.incremental:
+    if settings.incremental:
         carried["open_units"] = (
             open_units_after(valid, open_units) if chosen.unit_time_snapshot else {}
         )
@@ -170,10 +170,10 @@ def reconstruct(
     if carry is not None:
         max_ts = _max(carry.as_of_ms, max_ts)
         max_seq = _max(carry.as_of_seq, max_seq)
-    as_of_ms = options.as_of_ms if options.as_of_ms is not None else max_ts
-    as_of_seq = options.as_of_seq if options.as_of_seq is not None else max_seq
-    if options.as_of_seq is not None and max_seq is not None:
-        as_of_seq = min(options.as_of_seq, max_seq)
+    as_of_ms = settings.as_of_ms if settings.as_of_ms is not None else max_ts
+    as_of_seq = settings.as_of_seq if settings.as_of_seq is not None else max_seq
+    if settings.as_of_seq is not None and max_seq is not None:
+        as_of_seq = min(settings.as_of_seq, max_seq)
     lap("validate", f"{n_valid:,} events to replay")
     progress(f"routing {n_valid:,} events to stream families")
     saved: set[tuple[int, str]] | None = None
@@ -185,7 +185,7 @@ def reconstruct(
     if renamed and states_in is not None:
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = _rename_families(states_in, renamed)
-    routed = _persist(route_events(spark, valid, options, families, engine=engine), persisted)
+    routed = _persist(route_events(spark, valid, settings, families, engine=engine), persisted)
     if not chosen.unit_time_snapshot and (carry is not None and carry.waits or _blocks(routed)):
         # 7.0 with blocking reads: their units, for the family replays
         routed = _persist(mark_units(routed.drop(EXEC_UNIT), times=False), persisted)
@@ -195,9 +195,9 @@ def reconstruct(
     )
     # incremental runs keep one saved model per family: they do not split
     rows, split_stats, unit_groups = split_by_group(
-        routed, rows, 0 if options.incremental else options.split_groups, partitions
+        routed, rows, 0 if settings.incremental else settings.split_groups, partitions
     )
-    if options.incremental:
+    if settings.incremental:
         found = [(r["client"], r["m_db"], r["m_family"]) for r in blocking_waits(routed).collect()]
         carried["waits"] = sorted(set(found) | set(old_waits))
         carried["family_of"] = families
@@ -222,7 +222,7 @@ def reconstruct(
     replayed = _persist(
         replay_stage(
             rows,
-            options,
+            settings,
             as_of_ms if as_of_ms is not None else 0,
             as_of_seq or 0,
             partitions,
@@ -239,7 +239,7 @@ def reconstruct(
     segments = replayed_table(replayed, "delivery_segments").select(*SEGMENT_COLUMNS)
     incarnations = replayed_table(replayed, "group_incarnations").select(*INCARNATION_COLUMNS)
     states: DataFrame | None = None
-    if options.incremental:
+    if settings.incremental:
         state_cols = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
         states = replayed_table(replayed, "state").select(*state_cols, "mark_n", "mark_x")
         if carry is not None:
@@ -272,8 +272,8 @@ def reconstruct(
         "engine": engine,
         "engine_reason": engine_reason,
         "stream_node_max": {
-            "entries": options.node_max_entries,
-            "bytes": options.node_max_bytes,
+            "entries": settings.node_max_entries,
+            "bytes": settings.node_max_bytes,
         },
         "as_of_ms": as_of_ms,
         "as_of_seq": as_of_seq,

@@ -21,7 +21,7 @@ def run_reconstruct(
     spark: SparkSession,
     events_path: str,
     out_path: str | storage.Output,
-    options: Settings | None = None,
+    settings: Settings | None = None,
     progress: Progress = quiet,
 ) -> dict[str, Any]:
     """Read the events table, reconstruct, write every table under ``out_path``; return
@@ -29,19 +29,19 @@ def run_reconstruct(
 
     ``events_path``: a path, or ``catalog.schema.table`` (see :func:`storage.table_ref`);
     ``out_path``: a root path, or a :class:`storage.Output` (catalog tables).
-    ``options.incremental``: continue from the state under ``out_path`` (see
+    ``settings.incremental``: continue from the state under ``out_path`` (see
     :mod:`pelengine.runs.incremental`)."""
-    options = options or Settings()
+    settings = settings or Settings()
     output = storage.check_output(spark, out_path)
     events_ref = storage.table_ref(events_path)
     storage.check_input(spark, events_ref)
     # one writer per output: a second run fails here, naming the first (storage.lease)
-    with storage.run_lease(output.root, "reconstruct" + (" --incremental" * options.incremental)):
-        if options.incremental:
+    with storage.run_lease(output.root, "reconstruct" + (" --incremental" * settings.incremental)):
+        if settings.incremental:
             from pelengine.runs.incremental import run_incremental
 
-            return run_incremental(spark, events_path, output, options, progress)
-        return _run_full(spark, events_path, output, events_ref, options, progress)
+            return run_incremental(spark, events_path, output, settings, progress)
+        return _run_full(spark, events_path, output, events_ref, settings, progress)
 
 
 def _run_full(
@@ -49,7 +49,7 @@ def _run_full(
     events_path: str,
     output: storage.Output,
     events_ref: storage.TableRef,
-    options: Settings,
+    settings: Settings,
     progress: Progress,
 ) -> dict[str, Any]:
     started = time.time()
@@ -58,15 +58,15 @@ def _run_full(
     input_version = storage.table_version(spark, events_ref)
     progress(f"reading events from {events_path} (Delta version {input_version})")
     events = storage.read_table(spark, events_ref)
-    result = reconstruct(spark, events, options, progress)
+    result = reconstruct(spark, events, settings, progress)
     report = result.report
     write_started = time.monotonic()
     output_rows = write_outputs(
         spark,
         [*result.tables.items(), ("rejected_events", result.rejected)],
         output,
-        txn_app_id=options.txn_app_id,
-        txn_version=options.txn_version,
+        txn_app_id=settings.txn_app_id,
+        txn_version=settings.txn_version,
         progress=progress,
     )
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
@@ -75,4 +75,4 @@ def _run_full(
     report["output"] = {**output.describe(), "rows": output_rows}
     report["keys"] = output_rows.get("streams", 0)
     result.unpersist()
-    return finish_report(report, spark, output, options, started)
+    return finish_report(report, spark, output, settings, started)

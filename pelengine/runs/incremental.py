@@ -92,12 +92,12 @@ class SavedRun:
     globals: dict[str, Any] = field(default_factory=dict)
 
 
-def content_options(options: Settings) -> dict[str, Any]:
+def content_options(settings: Settings) -> dict[str, Any]:
     """The options the tables depend on (a state built with others cannot continue)."""
     return {
-        "profile": options.profile_name,
-        "node_max_entries": options.node_max_entries,
-        "node_max_bytes": options.node_max_bytes,
+        "profile": settings.profile_name,
+        "node_max_entries": settings.node_max_entries,
+        "node_max_bytes": settings.node_max_bytes,
     }
 
 
@@ -329,7 +329,7 @@ def run_incremental(
     spark: SparkSession,
     events_path: str,
     out_path: str | storage.Output,
-    options: Settings,
+    settings: Settings,
     progress: Progress = quiet,
 ) -> dict[str, Any]:
     """One nightly run (see the module docstring); returns the run report."""
@@ -341,7 +341,7 @@ def run_incremental(
     if version is None:
         raise InputContractError(f"--events {events_path}: no Delta table there")
     saved, families = read_state(spark, output)
-    wanted = content_options(options)
+    wanted = content_options(settings)
     if saved is not None and saved.options != wanted:
         raise StateMismatchError(
             f"{output}: its state was built with {saved.options}, this run asks {wanted}; "
@@ -357,7 +357,7 @@ def run_incremental(
     if saved is not None and saved.events_version == version:
         progress(f"state is already at events version {version}: nothing to do")
         report["incremental"]["mode"] = "up-to-date"
-        return _finish(report, output, options, spark, started, written=False)
+        return _finish(report, output, settings, spark, started, written=False)
 
     events: DataFrame | None = None  # the whole table, read only when it is needed
     new_rows: DataFrame | None = None  # the rows added since the state (incremental mode)
@@ -402,17 +402,17 @@ def run_incremental(
             select_db=g.get("select_db", 0),
             open_units=g.get("open_units", {}),
         )
-    run_options = replace(options, incremental=True)
+    night_settings = replace(settings, incremental=True)
     result: ReconstructResult | None = None
     if carry is not None:
         assert new_rows is not None
-        result = reconstruct(spark, new_rows, run_options, progress, carry)
+        result = reconstruct(spark, new_rows, night_settings, progress, carry)
     if result is None:
         assert events is not None
         # a full replay; after changed history it also digests, per family, the rows up
         # to the old high_seq, so the report can name the families whose rows changed
         mark = saved.high_seq if saved is not None and mode != "full" else None
-        result = reconstruct(spark, events, run_options, progress, None, mark_seq=mark)
+        result = reconstruct(spark, events, night_settings, progress, None, mark_seq=mark)
     report["incremental"]["mode"] = mode
     progress(f"mode: {mode}")
 
@@ -513,7 +513,7 @@ def run_incremental(
     count_rejected(report, result.rejected)
     report["incremental"]["high_seq"] = high_seq
     result.unpersist()
-    return _finish(report, output, options, spark, started, written=True)
+    return _finish(report, output, settings, spark, started, written=True)
 
 
 _RUN_COLUMNS = (
@@ -569,10 +569,10 @@ def _changed_families(result: ReconstructResult, saved: DataFrame) -> list[dict[
 def _finish(
     report: dict[str, Any],
     output: storage.Output,
-    options: Settings,
+    settings: Settings,
     spark: SparkSession,
     started: float,
     *,
     written: bool,
 ) -> dict[str, Any]:
-    return finish_report(report, spark, output, options, started, written=written)
+    return finish_report(report, spark, output, settings, started, written=written)

@@ -117,14 +117,14 @@ def test_nightly_batches_equal_one_full_run(spark: SparkSession, tmp_path: Path,
     rows = _with_blocking(list(generate_events(1500, 6, seed=seed)), seed)
     cuts = _split(rows, seed)
     events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
-    options = Settings(incremental=True)
+    settings = Settings(incremental=True)
     modes, replayed = [], []
     start = 0
     for cut in cuts:
         batch = spark.createDataFrame(rows[start:cut], EVENTS_SCHEMA)
         write_table(batch, str(events), "append" if start else "overwrite")
         start = cut
-        report = run_reconstruct(spark, str(events), str(inc), options)
+        report = run_reconstruct(spark, str(events), str(inc), settings)
         modes.append(report["incremental"]["mode"])
         replayed.append(
             (report["incremental"]["families_replayed"], report["incremental"]["families_total"])
@@ -135,7 +135,7 @@ def test_nightly_batches_equal_one_full_run(spark: SparkSession, tmp_path: Path,
         assert any(n < total for n, total in replayed[1:]), "every family replayed every night"
 
     before = _versions(spark, inc)
-    again = run_reconstruct(spark, str(events), str(inc), options)
+    again = run_reconstruct(spark, str(events), str(inc), settings)
     assert again["incremental"]["mode"] == "up-to-date"
     assert _versions(spark, inc) == before, "re-running a night moved a Delta version"
 
@@ -235,7 +235,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
             batch.append({"seq": seq, "ts_ms": 1000 + seq, "argv": argv, "db": 0, "source": "t"})
         rows.append(batch)
     events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
-    options = Settings(incremental=True)
+    settings = Settings(incremental=True)
 
     def append(batch: list[dict[str, Any]]) -> None:
         mode = "overwrite" if table_version(spark, str(events)) is None else "append"
@@ -249,12 +249,12 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
             raise KilledError
 
     append(rows[0])
-    run_reconstruct(spark, str(events), str(inc), options)
+    run_reconstruct(spark, str(events), str(inc), settings)
     append(rows[1])
     with pytest.raises(KilledError):
-        run_reconstruct(spark, str(events), str(inc), options, kill_before_groups)
+        run_reconstruct(spark, str(events), str(inc), settings, kill_before_groups)
     append(rows[2])
-    report = run_reconstruct(spark, str(events), str(inc), options)
+    report = run_reconstruct(spark, str(events), str(inc), settings)
     assert report["incremental"]["mode"] == "incremental"
     got = {
         (r["key"], r["group_created_seq"], r["id"]): (
@@ -291,7 +291,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
     newer = [r.asDict() | ({"state_version": 7} if r["kind"] == "family" else {}) for r in rows_now]
     write_table(spark.createDataFrame(newer, STATE_TABLE_SCHEMA), state_path, "overwrite")
     with pytest.raises(StateMismatchError, match=r"schema version 7, .* reads state schema "):
-        run_reconstruct(spark, str(events), str(inc), options)
+        run_reconstruct(spark, str(events), str(inc), settings)
     # a state pickled by an older pelengine (a state_blob, no version) is refused too
     old = spark.createDataFrame(
         [("run", None, None, 5, b"x", 1, 1), ("family", 0, "s", 3, b"x", 1, 1)],
@@ -300,7 +300,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
     )
     write_table(old, state_path, "overwrite", overwrite_schema=True)
     with pytest.raises(StateMismatchError, match=r"older pelengine .*version 1 .*new --out"):
-        run_reconstruct(spark, str(events), str(inc), options)
+        run_reconstruct(spark, str(events), str(inc), settings)
 
 
 def _waiting_model() -> Replayer:

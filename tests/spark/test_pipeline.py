@@ -536,8 +536,8 @@ def test_node_limits_reach_the_replay(spark: SparkSession) -> None:
         return len(stream.entries)
 
     events = spark.createDataFrame(rows, EVENTS_SCHEMA)
-    options = Settings(profile="7.0", node_max_entries=3)
-    result = reconstruct(spark, events, options)
+    settings = Settings(profile="7.0", node_max_entries=3)
+    result = reconstruct(spark, events, settings)
     (got,) = [r["length"] for r in result.tables["streams"].collect()]
     result.unpersist()
     assert (model_length(3), model_length(100)) == (4, 10)  # the limit matters here
@@ -592,8 +592,8 @@ def test_split_by_group_equals_one_replay(spark: SparkSession, partitions: int) 
     one replay of everything in seq order."""
     rows = _split_workload()
     events = spark.createDataFrame(rows, EVENTS_SCHEMA)
-    options = Settings(profile="7.0", split_groups=2, partitions=partitions)
-    result = reconstruct(spark, events, options)
+    settings = Settings(profile="7.0", split_groups=2, partitions=partitions)
+    result = reconstruct(spark, events, settings)
     split = result.report["split_by_group"]
     assert split["families_split"] >= 3, split
     # partitions 2: two tasks per split family; 8: one per group (3+ groups somewhere)

@@ -61,10 +61,10 @@ def test_rerun_with_same_txn_version_changes_nothing(
     spark: SparkSession, events_path: str, tmp_path
 ) -> None:
     out = tmp_path / "out"
-    options = Settings(txn_app_id="nightly", txn_version=7)
-    run_reconstruct(spark, events_path, str(out), options)
+    settings = Settings(txn_app_id="nightly", txn_version=7)
+    run_reconstruct(spark, events_path, str(out), settings)
     first = _versions(out)
-    run_reconstruct(spark, events_path, str(out), options)
+    run_reconstruct(spark, events_path, str(out), settings)
     assert _versions(out) == first
     run_reconstruct(spark, events_path, str(out), Settings(txn_app_id="nightly", txn_version=8))
     assert all(v == first[name] + 1 for name, v in _versions(out).items())
