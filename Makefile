@@ -59,17 +59,17 @@ help: ## list the targets
 	@echo "           NATIVE_COMPAT=$(NATIVE_COMPAT) MATURIN_ARGS=... (make dist's native wheel)"
 	@echo "cargo: $(or $(CARGO),not found: the native engine is not built)"
 
-install: $(STAMP) $(NATIVE_STAMP) jars ## create .venv (python3.11), install the package with dev extras, build the native engine (needs cargo), fetch native Delta's jars (needs mvn)
+install: $(STAMP) $(NATIVE_STAMP) jars ## create .venv (python3.11), install the package with dev extras, build the native engine (needs cargo), fetch delta-spark's jars (needs mvn)
 
-# ---- native Delta Lake: delta-spark's jars (jars/fetch.py; docs/deploy.md) ----------------
+# ---- delta-spark, Delta Lake on the JVM: its jars (jars/fetch.py; docs/deploy.md) -------
 # Fetched once with Maven into jars/lib (ignored), matching the installed delta-spark and
 # pyspark; sessions the project builds put them on the classpath. No mvn: a warning, and
 # pelengine runs on its embedded delta-rs store, unless PELENGINE_REQUIRE_DELTA=1 (CI).
 PELENGINE_REQUIRE_DELTA ?=
-jars: | $(STAMP) ## fetch native Delta Lake's jars (io.delta:delta-spark_4.2_2.13 and what Spark lacks) into jars/lib, once
+jars: | $(STAMP) ## fetch delta-spark's jars (io.delta:delta-spark_4.2_2.13 and what Spark lacks) into jars/lib, once
 	@$(BIN)/python jars/fetch.py || { rc=$$?; \
 	  if [ $$rc -ne 3 ] || [ "$(PELENGINE_REQUIRE_DELTA)" = 1 ]; then \
-	    echo "make: native Delta's jars are required (PELENGINE_REQUIRE_DELTA=1) or could not be fetched" >&2; exit 1; fi; }
+	    echo "make: delta-spark's jars are required (PELENGINE_REQUIRE_DELTA=1) or could not be fetched" >&2; exit 1; fi; }
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -99,17 +99,17 @@ notebook: install ## run notebooks/explore_run.ipynb on the demo output (after `
 	$(BIN)/python notebooks/execute.py notebooks/explore_run.ipynb build/notebooks/explore_run.ipynb \
 	    -p OUT_ROOT=$(DEMO)/out -p EVENTS_PATH=$(DEMO)/events -p "CONF_FILES=['$(CONF)']"
 
-# `make test` runs the suite on native Delta, then the tests marked `stores` (and those of
+# `make test` runs the suite on delta-spark, then the tests marked `stores` (and those of
 # the embedded store itself) on the embedded store; without the jars, all on the embedded one.
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
-test: install ## run the test suite on TEST_WORKERS workers, native Delta then the embedded store (PYTEST_ARGS="-k ..." to narrow)
+test: install ## run the test suite on TEST_WORKERS workers, delta-spark then the embedded store (PYTEST_ARGS="-k ..." to narrow)
 	@if $(BIN)/python jars/fetch.py --check >/dev/null; then \
-	  echo "make test: pass 1 of 2, native Delta Lake"; \
-	  PELENGINE_TEST_STORE=native $(PYTEST) $(PYTEST_ARGS) || exit $$?; \
+	  echo "make test: pass 1 of 2, delta-spark (Delta Lake on the JVM)"; \
+	  PELENGINE_TEST_STORE=delta-spark $(PYTEST) $(PYTEST_ARGS) || exit $$?; \
 	  echo "make test: pass 2 of 2, the embedded store (tests marked stores or embedded)"; \
 	  PELENGINE_TEST_STORE=embedded PELENGINE_TEST_PASS=stores $(PYTEST) $(PYTEST_ARGS); \
 	else \
-	  echo "make test: WARNING: no native Delta jars (make jars needs mvn): one pass, on the embedded store" >&2; \
+	  echo "make test: WARNING: no delta-spark jars (make jars needs mvn): one pass, on the embedded store" >&2; \
 	  PELENGINE_TEST_STORE=embedded $(PYTEST) $(PYTEST_ARGS); \
 	fi
 

@@ -1,6 +1,6 @@
-"""Fetch native Delta Lake's jars into jars/lib, once (run by `make install`).
+"""Fetch delta-spark's jars into jars/lib, once (run by `make install`).
 
-Native Delta is the JVM library delta-spark: its jars on Spark's classpath before the
+delta-spark is Delta Lake's JVM library: its jars on Spark's classpath before the
 JVM starts, plus the Delta SQL extension and catalog. This resolves the one coordinate
 `io.delta:delta-spark_<spark line>_2.13:<version>` with the ordinary Maven client
 (jars/pom.xml), taking the Spark line from the installed pyspark and the version from
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if shutil.which("mvn") is None:
         print(
-            f"jars: WARNING: mvn not found, so native Delta Lake ({coord}) is not installed and "
+            f"jars: WARNING: mvn not found, so delta-spark ({coord}) is not installed and "
             "pelengine runs on its embedded delta-rs store; install Maven and re-run "
             "`make install`, or put delta-spark's jars in a folder named by "
             "PELENGINE_DELTA_JARS",

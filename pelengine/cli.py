@@ -43,7 +43,7 @@ from pelengine.settings import Config, ConfigError, load_config
 from pelengine.storage import (
     CatalogNameError,
     ConcurrentWriteError,
-    NativeDeltaRequiredError,
+    DeltaSparkRequiredError,
     RunInProgressError,
     concurrent_write_error,
 )
@@ -119,7 +119,7 @@ def run(
     except KeyboardInterrupt:
         print("pelengine: interrupted", file=sys.stderr)
         return 130
-    except (NativeDeltaRequiredError, CatalogNameError) as exc:
+    except (DeltaSparkRequiredError, CatalogNameError) as exc:
         print(f"pelengine {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:

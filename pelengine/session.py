@@ -59,10 +59,10 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
     """A SparkSession from `conf.spark`, with the project's storage installed.
 
     The store is chosen here, before the JVM starts (`conf.storage`,
-    :func:`pelengine.storage.jars.session_conf`): with native Delta the session gets
+    :func:`pelengine.storage.jars.session_conf`): with delta-spark the session gets
     delta-spark's jars (`spark.jars`), the Delta SQL extension and catalog. Under
     spark-submit the JVM already runs: its `--jars` and `--conf` decide, and
-    :func:`pelengine.storage.install_storage` refuses a half-configured native Delta.
+    :func:`pelengine.storage.install_storage` refuses a half-configured delta-spark.
 
     `spark.master` from the config applies only outside spark-submit, whose
     `--master` (and driver settings) win. On Databricks the platform's session is used as
@@ -75,8 +75,8 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
     from pyspark.sql import SparkSession
 
     from pelengine.storage import (
+        DELTA_SPARK,
         EMBEDDED,
-        NATIVE,
         install_storage,
         is_remote_session,
         storage_reason,
@@ -121,7 +121,7 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
         spark.sparkContext.setLogLevel(conf.spark.log_level)
     mode = install_storage(spark, why)
     asked = store_asked(conf.storage.store)
-    if asked in (NATIVE, EMBEDDED) and mode != asked:
+    if asked in (DELTA_SPARK, EMBEDDED) and mode != asked:
         raise StoreChoiceError(
             f"the store asked for is {asked} (storage.store or {STORE_ENV}), but this "
             f"session has {mode}: {storage_reason(spark)}"
@@ -141,7 +141,7 @@ def connect_session(
     own business (set when it starts). Of the configuration's ``spark.conf`` only the keys
     the server lets a session change (runtime SQL confs: shuffle partitions, session time
     zone...) are set, on this session only; the others are named in the progress line.
-    The store is the server's: native Delta Lake when its sessions have Delta's extension
+    The store is the server's: delta-spark when its sessions have Delta's extension
     loaded and its catalog set, otherwise refused (:func:`install_storage`), and so is
     asking for the embedded store."""
     from pyspark.sql import SparkSession
@@ -153,8 +153,8 @@ def connect_session(
     if store == EMBEDDED:
         raise StorageSetupError(
             f"storage.store (or {STORE_ENV}) is embedded, but over Spark Connect the store is "
-            "the server's: native Delta Lake, started with the server (the embedded delta-rs "
-            "store is not offered over Spark Connect); unset it or use auto/native"
+            "the server's: delta-spark, started with the server (the embedded delta-rs "
+            "store is not offered over Spark Connect); unset it or use auto/delta-spark"
         )
     spark = SparkSession.builder.remote(url).getOrCreate()
     kept = []

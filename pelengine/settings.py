@@ -41,11 +41,14 @@ PACKAGED_DEFAULTS = "defaults.yaml"
 
 #: the replay engines a run may ask for (pelengine.engine.native resolves them)
 ENGINES = ("auto", "native", "python")
-#: the Delta Lake a session may be given (pelengine.storage.jars): native (delta-spark's
-#: jars), the embedded delta-rs store, or auto
-STORES = ("auto", "native", "embedded")
-#: older names of the stores, accepted and read as the store they name
-STORE_ALIASES: dict[str, str] = {}
+#: the Delta Lake a session may be given (pelengine.storage.jars): delta-spark (Delta Lake
+#: on the JVM: delta-spark's jars), the embedded delta-rs store, or auto
+DELTA_SPARK = "delta-spark"
+EMBEDDED = "embedded"
+STORES = ("auto", DELTA_SPARK, EMBEDDED)
+#: older names of the stores, accepted and read as the store they name ("native" was
+#: delta-spark's name until the Rust engine took the word)
+STORE_ALIASES = {"native": DELTA_SPARK}
 
 
 class ConfigError(ValueError):
@@ -246,7 +249,7 @@ class ProgressConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    """Catalog tables instead of paths: ``<catalog>.<schema>.<table>`` (needs native Delta)."""
+    """Catalog tables instead of paths: ``<catalog>.<schema>.<table>`` (needs delta-spark)."""
 
     catalog: str | None = conf_field("output", "catalog")
     schema: str | None = conf_field("output", "schema")

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from pelengine.settings import DELTA_SPARK, EMBEDDED, STORE_ALIASES
+
 # Every JVM the suite starts (the shared session, the CLI children, the notebook kernel,
 # the standalone cluster) is short-lived and does little JVM-side work: C1-only JIT and the
 # serial GC cut the CPU they spend compiling and collecting (the suite on 2 cores: a file of
@@ -14,13 +16,15 @@ import pytest
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
-#: The Delta Lake this test run's sessions use: "native" (delta-spark's jars, which `make
-#: install` fetches into jars/lib) or "embedded" (delta-rs). `make test` runs the suite on
-#: native Delta, then the tests marked `stores` (and `embedded`) again on the embedded store.
+#: The Delta Lake this test run's sessions use: "delta-spark" (Delta Lake on the JVM:
+#: delta-spark's jars, which `make install` fetches into jars/lib; "native", its older name,
+#: is read as it) or "embedded" (delta-rs). `make test` runs the suite on delta-spark, then
+#: the tests marked `stores` (and `embedded`) again on the embedded store.
 #: The CLI children the tests start inherit it through PELENGINE_STORE.
-STORE = os.environ.get("PELENGINE_TEST_STORE", "native")
-if STORE not in ("native", "embedded"):
-    raise pytest.UsageError(f"PELENGINE_TEST_STORE={STORE!r}: expected native or embedded")
+_ASKED = os.environ.get("PELENGINE_TEST_STORE", DELTA_SPARK)
+STORE = STORE_ALIASES.get(_ASKED, _ASKED)
+if STORE not in (DELTA_SPARK, EMBEDDED):
+    raise pytest.UsageError(f"PELENGINE_TEST_STORE={STORE!r}: expected {DELTA_SPARK} or {EMBEDDED}")
 os.environ["PELENGINE_STORE"] = STORE
 
 
@@ -34,17 +38,17 @@ PASS = os.environ.get("PELENGINE_TEST_PASS", "")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect (not skip) what this run's store cannot run: on native Delta the tests of
-    the embedded store itself (`embedded`), on the embedded store those needing native
-    Delta (`native_delta`); in the second pass only the `stores` and `embedded` tests."""
+    """Deselect (not skip) what this run's store cannot run: on delta-spark the tests of
+    the embedded store itself (`embedded`), on the embedded store those needing delta-spark
+    (`delta_spark`); in the second pass only the `stores` and `embedded` tests."""
     keep: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
         marks = {m.name for m in item.iter_markers()}
-        if STORE == "native":
+        if STORE == DELTA_SPARK:
             runs = "embedded" not in marks
         else:
-            runs = "native_delta" not in marks
+            runs = "delta_spark" not in marks
             if PASS == "stores":
                 runs = runs and bool(marks & {"embedded", "stores"})
         (keep if runs else dropped).append(item)

@@ -216,7 +216,7 @@ def _task_argv(bundle: dict[str, Any], values: dict[str, str]) -> list[str]:
 def test_entry_point_runs_with_the_bundle_parameters(
     spark: Any, bundle: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The task's parameters, the variables set to what resolves here: on native Delta a
+    """The task's parameters, the variables set to what resolves here: on delta-spark a
     catalog deployment as the bundle's defaults have it (events by name, managed tables by
     name) in the local session catalog; on the embedded store a path deployment (empty
     catalog and schema). The bundle's own defaults name the catalog `main`, which this
@@ -224,12 +224,12 @@ def test_entry_point_runs_with_the_bundle_parameters(
     from pelengine.runs.generate import write_generated_events
     from pelengine.schemas import OUTPUT_TABLES
 
-    native = storage.storage_mode(spark) == storage.NATIVE
+    delta_spark = storage.storage_mode(spark) == storage.DELTA_SPARK
     events = str(tmp_path / "events")
     write_generated_events(spark, events, 400, 3, 5)
     defaults = {k: str(v["default"]) for k, v in bundle["variables"].items()}
     schema = "pelengine_bundle"
-    if native:
+    if delta_spark:
         spark.sql(f"CREATE SCHEMA spark_catalog.{schema} LOCATION '{tmp_path / 'warehouse'}'")
         spark.sql(f"CREATE TABLE spark_catalog.{schema}.events USING delta LOCATION '{events}'")
         by_name = {"catalog": "spark_catalog", "schema": schema, "output_root": ""}
@@ -246,7 +246,7 @@ def test_entry_point_runs_with_the_bundle_parameters(
         assert report["profile"] == defaults["redis_version"]
         assert report["tables"] == dict.fromkeys((*OUTPUT_TABLES, "rejected_events"), 0)
         assert report["output"]["rows"]["streams"] == 3
-        if native:
+        if delta_spark:
             assert report["output"] == {
                 "path": None,
                 "catalog": "spark_catalog",
@@ -259,7 +259,7 @@ def test_entry_point_runs_with_the_bundle_parameters(
         else:
             assert (tmp_path / "out" / "_run_report.json").exists()
     finally:
-        if native:
+        if delta_spark:
             spark.sql(f"DROP SCHEMA IF EXISTS spark_catalog.{schema} CASCADE")
     # the bundle's own defaults name catalog tables in Unity Catalog's `main`: refused here,
     # before any work, in one sentence saying what to do
@@ -267,11 +267,11 @@ def test_entry_point_runs_with_the_bundle_parameters(
     assert code == cli.EXIT_USAGE
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    if native:
+    if delta_spark:
         assert "this session has no catalog main (it has spark_catalog)" in err
         assert "on Databricks a Unity Catalog catalog" in err
     else:
-        assert "need native Delta Lake" in err and "make install" in err
+        assert "need delta-spark" in err and "make install" in err
 
 
 # ---- the package's Databricks code path --------------------------------------------------
@@ -349,7 +349,7 @@ def test_databricks_session_path_touches_nothing_serverless_refuses(
     spark: Any = build_session(load_config(), lines.append)
     assert spark is session
     assert builder.calls == ["getOrCreate"], "no master, appName or conf on Databricks"
-    assert storage.storage_mode(spark) == storage.NATIVE
+    assert storage.storage_mode(spark) == storage.DELTA_SPARK
     assert storage.probe_jvm_delta(spark) is None  # a Connect session: _jvm not touched
     assert "Databricks runtime client.4.0" in lines[0]
     stop_session(spark)  # left running

@@ -195,7 +195,7 @@ def test_every_cell_ran_and_the_kernel_is_gone(executed: tuple[Any, dict[str, An
     errors = [o for c in code for o in c.outputs if o.output_type == "error"]
     assert errors == []
     assert probe["python"] == sys.executable  # the venv interpreter: pelengine and pyspark import
-    assert probe["storage"] in ("native", "embedded")
+    assert probe["storage"] in ("delta-spark", "embedded")
     assert "Spark session stopped" in "".join(o.get("text", "") for o in code[-1].outputs)
     # the kernel was shut down, and its Spark JVM went with it
     procs = [

@@ -110,7 +110,7 @@ def _reconstruct(sub: Callable[..., Parser]) -> None:
         "--events",
         required=True,
         metavar="PATH",
-        help="events Delta table: a path, or catalog.schema.table (native Delta)",
+        help="events Delta table: a path, or catalog.schema.table (delta-spark)",
     )
     p.add_argument(
         "--out",
@@ -120,13 +120,13 @@ def _reconstruct(sub: Callable[..., Parser]) -> None:
     p.add_argument(
         "--catalog",
         metavar="C",
-        help="write catalog tables C.<schema>.<table> (needs --schema and native Delta; "
+        help="write catalog tables C.<schema>.<table> (needs --schema and delta-spark; "
         "default: conf output.catalog; an empty value means unset)",
     )
     p.add_argument(
         "--schema",
         metavar="S",
-        help="write catalog tables [<catalog>.]S.<table> (native Delta; "
+        help="write catalog tables [<catalog>.]S.<table> (delta-spark; "
         "default: conf output.schema; an empty value means unset)",
     )
     _add_profile(p)
@@ -209,7 +209,7 @@ def _sql(sub: Callable[..., Parser]) -> None:
         "--schema",
         metavar="S",
         help="catalog tables [<catalog>.]S.<table> as reconstruct wrote them, each read at the "
-        "version its last complete run recorded in S._runs (native Delta; default: conf "
+        "version its last complete run recorded in S._runs (delta-spark; default: conf "
         "output.schema)",
     )
     fmt = p.add_mutually_exclusive_group()

@@ -2,7 +2,7 @@
 
 Job code reads with ``spark.read.format("delta").load(path)`` and writes with
 ``df.write.format("delta").mode(m).option(...).save(path)`` (or the helpers below). With
-native Delta Lake on the classpath (Databricks; delta-spark's jars, which ``make install``
+delta-spark on the classpath (Databricks; delta-spark's jars, which ``make install``
 fetches and :mod:`pelengine.storage.jars` gives the sessions the project builds) those calls
 go to it unchanged; otherwise :func:`install_storage` registers an embedded Python data
 source named ``delta`` backed by delta-rs (:mod:`pelengine.storage.embedded`).
@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from pelengine.settings import DELTA_SPARK as DELTA_SPARK
+from pelengine.settings import EMBEDDED as EMBEDDED
 from pelengine.storage.deltalog import DataFile as DataFile
 from pelengine.storage.deltalog import TableState as TableState
 from pelengine.storage.jars import (
@@ -32,13 +34,11 @@ from pelengine.storage.paths import FILES_OPTION, local_path
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-NATIVE = "native"
-EMBEDDED = "embedded"
 MODE_CONF = "pelengine.storage.mode"
 #: why the session has the store it has (the run report's ``storage_reason``)
 REASON_CONF = "pelengine.storage.reason"
 DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
-#: the Maven coordinate of native Delta Lake for this project's pins (pyspark 4.2.0,
+#: the Maven coordinate of delta-spark for this project's pins (pyspark 4.2.0,
 #: delta-spark 4.4.0; since Delta 4.x the artifact names its Spark line); ``make install``
 #: fetches it and what it needs into jars/lib (jars/fetch.py)
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -65,7 +65,7 @@ _SAVE_MODES = {
 
 
 class StorageSetupError(RuntimeError):
-    """The session has native Delta Lake's classes but not the rest it needs (or was given
+    """The session has delta-spark's classes but not the rest it needs (or was given
     its jars too late): never answered by falling back to the embedded store."""
 
 
@@ -163,12 +163,12 @@ class SessionFacts:
         )
 
 
-#: Why a Spark Connect server without native Delta Lake is refused rather than served by
+#: Why a Spark Connect server without delta-spark is refused rather than served by
 #: the embedded store: it is a Python data source, so over Connect its readers, writers
 #: and commits would run in the server's Python processes, while this client reads the same
 #: tables' Delta logs itself; nothing the client can set up or check. (It was seen to work
 #: only where client and server share one machine, one filesystem and one Python.)
-CONNECT_NEEDS_NATIVE = (
+CONNECT_NEEDS_DELTA_SPARK = (
     "this Spark Connect server {what}, and the embedded delta-rs store is not "
     "offered over Spark Connect (its reads, writes and commits would run in the server's "
     "Python processes, which this client can neither provide nor check). Start the server "
@@ -200,17 +200,17 @@ def _delta_setup_missing(facts: SessionFacts) -> list[str]:
 def choose_storage_mode(
     facts: SessionFacts, register: Callable[[], None], why: str = ""
 ) -> tuple[str, str]:
-    """(native or embedded, why) for a session with ``facts``; ``register`` installs the
+    """(delta-spark or embedded, why) for a session with ``facts``; ``register`` installs the
     embedded source (may raise). ``why`` is what the session builder knew (where the jars
     came from, or why there were none).
 
-    Native Delta wherever its classes are: a loadable class (on Spark Connect: the Delta
+    delta-spark wherever its classes are: a loadable class (on Spark Connect: the Delta
     extension loaded in the server's sessions), or where that cannot be asked the Delta
     extension configured. With
     the classes, the extension and catalog must be configured too; Delta's jars given but
     its classes missing means they came after the JVM started. Both are errors, never a
-    fall back to the embedded store. A Spark Connect server without native Delta is refused
-    (:data:`CONNECT_NEEDS_NATIVE`): the embedded store is not offered over Connect."""
+    fall back to the embedded store. A Spark Connect server without delta-spark is refused
+    (:data:`CONNECT_NEEDS_DELTA_SPARK`): the embedded store is not offered over Connect."""
     if facts.has_delta_class is False and "delta-spark" in facts.jars and not facts.remote:
         raise StorageSetupError(
             "this session was given delta-spark's jars (spark.jars or spark.jars.packages) "
@@ -219,10 +219,10 @@ def choose_storage_mode(
             "running session). Give them when the JVM starts: spark-submit --jars, or the "
             "first session's builder"
         )
-    native = facts.has_delta_class or (
+    delta_spark = facts.has_delta_class or (
         facts.has_delta_class is None and DELTA_EXTENSION in facts.extensions
     )
-    if native:
+    if delta_spark:
         missing = _delta_setup_missing(facts)
         if missing:
             build = "start the Spark Connect server" if facts.remote else "build the session"
@@ -231,12 +231,12 @@ def choose_storage_mode(
                 + " and ".join(missing)
                 + f": {build} with --conf {EXTENSIONS_CONF}={DELTA_EXTENSION} "
                 f"--conf {CATALOG_CONF}={DELTA_CATALOG} (pelengine will not write a Delta "
-                "table through the embedded store while native Delta is present)"
+                "table through the embedded store while delta-spark is present)"
             )
         connect = facts.remote or facts.has_delta_class is None
         where = "this Spark Connect server has" if connect else "has"
-        reason = f"native Delta Lake: the session {where} delta-spark's classes"
-        return NATIVE, reason + (f" ({why})" if why else "")
+        reason = f"Delta Lake on the JVM: the session {where} delta-spark's classes"
+        return DELTA_SPARK, reason + (f" ({why})" if why else "")
     if facts.remote:
         if DELTA_EXTENSION in facts.extensions:
             what = (
@@ -245,14 +245,14 @@ def choose_storage_mode(
             )
         else:
             what = f"has no Delta Lake ({EXTENSIONS_CONF} does not list {DELTA_EXTENSION})"
-        raise StorageSetupError(CONNECT_NEEDS_NATIVE.format(what=what))
+        raise StorageSetupError(CONNECT_NEEDS_DELTA_SPARK.format(what=what))
     try:
         register()
     except Exception as exc:
         if _is_already_exists(exc):
-            return NATIVE, "native Delta Lake: a delta data source is already registered"
+            return DELTA_SPARK, "Delta Lake on the JVM: a delta data source is already registered"
         raise RuntimeError(
-            f"No native Delta Lake found and the embedded delta data source could not be "
+            f"No delta-spark found and the embedded delta data source could not be "
             f"registered: {exc}"
         ) from exc
     reason = "embedded delta-rs store: no delta-spark classes on the classpath"
@@ -265,18 +265,18 @@ def _is_already_exists(exc: BaseException) -> bool:
 
 
 def install_storage(spark: SparkSession, why: str = "") -> str:
-    """Make ``format("delta")`` work in this session; returns "native" or "embedded", and
+    """Make ``format("delta")`` work in this session; returns "delta-spark" or "embedded", and
     records it and why (:func:`storage_reason`). ``why``: what the session builder knew
     (:func:`pelengine.storage.jars.session_conf`).
 
-    On Databricks Delta Lake is the platform's own: native, without probing (no ``_jvm``, no
+    On Databricks Delta Lake is the platform's own: delta-spark, without probing (no ``_jvm``, no
     data source registration: neither exists on serverless)."""
     current = _installed_mode(spark)
     if current is not None:
         return current
 
     if on_databricks():
-        mode, reason = NATIVE, "native Delta Lake: the Databricks runtime's own"
+        mode, reason = DELTA_SPARK, "Delta Lake on the JVM: the Databricks runtime's own"
     else:
 
         def register() -> None:
@@ -295,7 +295,7 @@ def _installed_mode(spark: SparkSession) -> str | None:
         value = spark.conf.get(MODE_CONF, None)
     except Exception:
         return None
-    return value if value in (NATIVE, EMBEDDED) else None
+    return value if value in (DELTA_SPARK, EMBEDDED) else None
 
 
 def storage_reason(spark: SparkSession) -> str:
@@ -327,7 +327,7 @@ class Table:
         return self.name
 
 
-#: A table: a path (str) or a :class:`Table` known by name (needs native Delta).
+#: A table: a path (str) or a :class:`Table` known by name (needs delta-spark).
 TableRef = str | Table
 
 _IDENTIFIER = r"(?:[A-Za-z_][A-Za-z0-9_-]*|`(?:[^`]|``)+`)"
@@ -357,9 +357,9 @@ class Output:
     """Where a run writes its tables.
 
     * ``root`` only: each table is the Delta table at ``<root>/<table>`` (paths; works with
-      the embedded delta-rs source and with native Delta);
+      the embedded delta-rs source and with delta-spark);
     * ``schema`` (and optionally ``catalog``): each table is written by name as
-      ``<catalog>.<schema>.<table>`` (``saveAsTable``, needs native Delta), managed, or
+      ``<catalog>.<schema>.<table>`` (``saveAsTable``, needs delta-spark), managed, or
       external at ``<root>/<table>`` when ``root`` is given too.
 
     The run report (``_run_report.json``) goes under ``root`` when there is one.
@@ -409,8 +409,8 @@ def as_output(out: str | Output) -> Output:
     return out if isinstance(out, Output) else Output(root=out)
 
 
-CATALOG_NEEDS_NATIVE = (
-    "catalog tables ({what}) need native Delta Lake, and this session has the embedded "
+CATALOG_NEEDS_DELTA_SPARK = (
+    "catalog tables ({what}) need delta-spark, and this session has the embedded "
     "delta-rs store, which reads and writes paths only. Either run where Delta Lake is "
     "installed (Databricks; locally `make install` fetches its jars into jars/lib; "
     "spark-submit --jars $(cat jars/lib/classpath) --conf "
@@ -427,8 +427,8 @@ CATALOG_NEEDS_NATIVE = (
 )
 
 
-class NativeDeltaRequiredError(RuntimeError):
-    """Tables by name were asked for in a session without native Delta Lake."""
+class DeltaSparkRequiredError(RuntimeError):
+    """Tables by name were asked for in a session without delta-spark."""
 
 
 class CatalogNameError(RuntimeError):
@@ -437,9 +437,9 @@ class CatalogNameError(RuntimeError):
     way, but only after the whole replay)."""
 
 
-def _require_native(spark: SparkSession, what: str) -> None:
-    if storage_mode(spark) != NATIVE:
-        raise NativeDeltaRequiredError(CATALOG_NEEDS_NATIVE.format(what=what))
+def _require_delta_spark(spark: SparkSession, what: str) -> None:
+    if storage_mode(spark) != DELTA_SPARK:
+        raise DeltaSparkRequiredError(CATALOG_NEEDS_DELTA_SPARK.format(what=what))
 
 
 def _missing_namespace(spark: SparkSession, catalog: str | None, schema: str) -> str | None:
@@ -473,11 +473,11 @@ def _missing_namespace(spark: SparkSession, catalog: str | None, schema: str) ->
 
 def check_output(spark: SparkSession, out: str | Output) -> Output:
     """The :class:`Output` of ``out``, refused before any work when it names catalog tables
-    and the session has no native Delta Lake, or no such schema (:class:`CatalogNameError`:
+    and the session has no delta-spark, or no such schema (:class:`CatalogNameError`:
     a run does not create the schema, as ``saveAsTable`` does not)."""
     output = as_output(out)
     if output.by_name:
-        _require_native(spark, f"output {output}")
+        _require_delta_spark(spark, f"output {output}")
         assert output.schema is not None
         missing = _missing_namespace(spark, output.catalog, output.schema)
         if missing is not None:
@@ -486,10 +486,10 @@ def check_output(spark: SparkSession, out: str | Output) -> Output:
 
 
 def check_input(spark: SparkSession, ref: TableRef) -> None:
-    """Refuse, before any work, an input table by name without native Delta Lake, or in a
+    """Refuse, before any work, an input table by name without delta-spark, or in a
     catalog or schema the session does not have."""
     if isinstance(ref, Table):
-        _require_native(spark, f"--events {ref}")
+        _require_delta_spark(spark, f"--events {ref}")
         parts = _split_name(ref.name)
         if len(parts) == 3:
             missing = _missing_namespace(spark, parts[0], parts[1])
@@ -642,7 +642,7 @@ def _recorded_versions(spark: SparkSession, output: Output) -> dict[str, Any]:
 
     runs = output.table(RUNS_TABLE)
     assert isinstance(runs, Table)
-    _require_native(spark, str(runs))
+    _require_delta_spark(spark, str(runs))
     if not spark.catalog.tableExists(runs.name):
         return {}
     newest = read_table(spark, runs).orderBy(F.col("finished_at").desc()).first()
@@ -673,9 +673,9 @@ def run_versions(out: str | Output, spark: SparkSession | None = None) -> dict[s
 def read_table(spark: SparkSession, path: TableRef, version: int | None = None) -> DataFrame:
     """The Delta table at ``path`` (its snapshot at ``version`` when given: reading it
     again later gives the same rows, whatever was written since). A :class:`Table` is read
-    by name (native Delta only)."""
+    by name (delta-spark only)."""
     if isinstance(path, Table):
-        _require_native(spark, str(path))
+        _require_delta_spark(spark, str(path))
         if version is None:
             return spark.read.table(path.name)
         return spark.sql(f"SELECT * FROM {path.name} VERSION AS OF {int(version)}")
@@ -699,7 +699,7 @@ def write_table(
     ``txn_app_id``/``txn_version`` make the write idempotent (skipped when ``txn_version`` is
     not greater than the one recorded for ``txn_app_id``); ``overwrite_schema`` lets an
     overwrite replace the table schema. Modes: overwrite, append, errorifexists/error, ignore.
-    A :class:`Table` is written by name with ``saveAsTable`` (native Delta only; external at
+    A :class:`Table` is written by name with ``saveAsTable`` (delta-spark only; external at
     its ``location`` when it has one, managed otherwise). A commit Delta Lake refuses because
     another writer committed to the table meanwhile raises :class:`ConcurrentWriteError`.
     """
@@ -715,7 +715,7 @@ def write_table(
         options["overwriteSchema"] = "true"
     spark = df.sparkSession
     if isinstance(path, Table):
-        _require_native(spark, str(path))
+        _require_delta_spark(spark, str(path))
         writer = df.write.format(TABLE_FORMAT).mode(save_mode)
         for key, value in options.items():
             writer = writer.option(key, value)
@@ -840,9 +840,9 @@ def _local_log_version(path: str) -> int | None | bool:
 def table_version(spark: SparkSession, path: TableRef) -> int | None:
     """Current Delta version of the table at ``path``; None if there is no table. A local
     path is answered from its log's listing (either store: no Spark job), a table by name
-    and a remote path by Delta (``DESCRIBE HISTORY``, native; delta-rs, embedded)."""
+    and a remote path by Delta (``DESCRIBE HISTORY``, delta-spark; delta-rs, embedded)."""
     if isinstance(path, Table):
-        _require_native(spark, str(path))
+        _require_delta_spark(spark, str(path))
         if not spark.catalog.tableExists(path.name):
             return None
         rows = spark.sql(f"DESCRIBE HISTORY {path.name} LIMIT 1").collect()
@@ -923,7 +923,7 @@ class TableChanges:
 
     The rows to compare: those of ``read_new`` at ``until`` with those of ``read_old`` at
     ``since`` (None: no row can be gone: appends, and rewrites that change no data such as
-    OPTIMIZE, which are not read at all), or with ``change_feed`` native Delta's change
+    OPTIMIZE, which are not read at all), or with ``change_feed`` delta-spark's change
     data feed. ``how``: ``commit files`` (the Delta log read as files: local paths),
     ``spark snapshots`` (Delta through Spark: tables by name, paths this process cannot
     read) or ``delta-rs snapshots`` (the embedded store, such paths). ``note``: what else
@@ -956,7 +956,7 @@ def expected_rows(files: tuple[DataFile, ...] | None) -> int | None:
 def table_changes(spark: SparkSession, ref: TableRef, since: int, until: int) -> TableChanges:
     """What versions ``since+1 .. until`` of the table did (:class:`TableChanges`), from its
     Delta log read as files for a local path (either store), else from Delta through Spark
-    (native) or delta-rs' snapshots (embedded). ChangesUnknownError, saying why, when the log
+    (delta-spark) or delta-rs' snapshots (embedded). ChangesUnknownError, saying why, when the log
     cannot tell: a commit of the range is no longer in the log (log retention), a file
     the range removed is gone (vacuumed), or (Spark's route) deletion vectors are on."""
     if since >= until:
@@ -970,7 +970,7 @@ def table_changes(spark: SparkSession, ref: TableRef, since: int, until: int) ->
             return _log_changes(spark, table_dir, since, until)
     if isinstance(ref, str) and storage_mode(spark) == EMBEDDED:
         return _embedded_changes(ref, since, until)
-    return _native_changes(spark, ref, since, until)
+    return _delta_spark_changes(spark, ref, since, until)
 
 
 def _log_changes(spark: SparkSession, table_dir: str, since: int, until: int) -> TableChanges:
@@ -979,7 +979,7 @@ def _log_changes(spark: SparkSession, table_dir: str, since: int, until: int) ->
     Appends and data-preserving rewrites (OPTIMIZE: ``dataChange`` false) only: the rows are
     those of the files the commits added rows with, nothing else is read. When a commit
     removed rows (DELETE, UPDATE, MERGE, overwrite), or a file added with rows was rewritten
-    again within the range: on native Delta with the change data feed on for every commit
+    again within the range: on delta-spark with the change data feed on for every commit
     of the range, the feed (only the changed rows: files written for it, or the difference
     of two deletion vectors); otherwise every file added against every file removed."""
     from pelengine.storage.deltalog import LogUnreadableError, gone_files, read_changes, spans
@@ -1064,8 +1064,10 @@ def _first_line(exc: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _native_changes(spark: SparkSession, ref: TableRef, since: int, until: int) -> TableChanges:
-    """Native Delta through Spark (a table by name, a path this process cannot read): the
+def _delta_spark_changes(
+    spark: SparkSession, ref: TableRef, since: int, until: int
+) -> TableChanges:
+    """delta-spark through Spark (a table by name, a path this process cannot read): the
     change data feed where the table has it on now, else the snapshots' file lists
     (``inputFiles``), which cannot see row-level changes when deletion vectors are on."""
     from pelengine.storage.deltalog import hadoop_uri
@@ -1131,7 +1133,7 @@ def read_table_files(
     """The rows of ``files`` (as :func:`table_changes` names them: paths as the Delta log
     writes them, or absolute URIs) of the snapshot at ``version``; no rows for no files.
 
-    Embedded store: its reader is given the files. Native Delta: where the table's metadata
+    Embedded store: its reader is given the files. delta-spark: where the table's metadata
     at ``version`` (``state``) allows, the files without a deletion vector are read as the
     Parquet files they are (with their partition values), the others through Delta,
     filtered on ``_metadata.file_path``: exact, but Delta then opens every file of the
@@ -1268,7 +1270,7 @@ def _file_filter(files: Sequence[DataFile]) -> Any:
 def read_change_feed(
     spark: SparkSession, ref: TableRef, changes: TableChanges
 ) -> tuple[DataFrame, DataFrame]:
-    """(rows inserted, rows deleted) by the commits of ``changes`` from native Delta's change
+    """(rows inserted, rows deleted) by the commits of ``changes`` from delta-spark's change
     data feed (an update is its post-image inserted and its pre-image deleted)."""
     from pyspark.sql import functions as F
 

@@ -256,7 +256,7 @@ def _checkpoint_actions(table_dir: str, names: list[str]) -> list[dict[str, Any]
 
 def state_at(table_dir: str, version: int) -> TableState | None:
     """The metadata and protocol in effect at ``version``: from its checksum file
-    (``<version>.crc``, which native Delta writes), else the commits back to the latest
+    (``<version>.crc``, which delta-spark writes), else the commits back to the latest
     checkpoint and that checkpoint; None when they cannot be found."""
     try:
         with open(os.path.join(log_dir(table_dir), f"{version:020d}.crc"), encoding="utf-8") as fh:

@@ -1,6 +1,6 @@
 """Embedded ``delta`` Python data source backed by delta-rs (the ``deltalake`` package).
 
-Used only when the JVM has no native Delta Lake (see :mod:`pelengine.storage`). It serves
+Used only when the JVM has no delta-spark (see :mod:`pelengine.storage`). It serves
 ``spark.read.format("delta").load(path)`` and ``df.write.format("delta").mode(m).save(path)``:
 
 * reads: one input partition per data file, Arrow record batches; tables that need the
@@ -255,7 +255,7 @@ class DeltaReader(DataSourceReader):
         if unsupported:
             raise DeltaStorageError(
                 f"Delta table at {table_uri} requires reader feature(s) {sorted(unsupported)}, "
-                "which the embedded delta-rs reader does not support; run with native Delta Lake."
+                "which the embedded delta-rs reader does not support; run with delta-spark."
             )
         self.use_scan = bool(features & SCAN_ONLY_FEATURES)
         self.files: list[tuple[str, Any]] = []
@@ -389,7 +389,7 @@ class DeltaWriter(DataSourceArrowWriter):
         if str(options.get("mergeSchema", "false")).lower() in _TRUE:
             raise DeltaStorageError(
                 "mergeSchema is not supported by the embedded delta-rs writer; "
-                "use overwriteSchema with mode('overwrite') or run with native Delta Lake."
+                "use overwriteSchema with mode('overwrite') or run with delta-spark."
             )
         app_id, txn_version = options.get("txnAppId"), options.get("txnVersion")
         if (app_id is None) != (txn_version is None):
@@ -429,7 +429,7 @@ class DeltaWriter(DataSourceArrowWriter):
         if "columnMapping" in table_reader_features(table):
             raise DeltaStorageError(
                 f"Delta table at {self.table_uri} uses column mapping; the embedded delta-rs "
-                "writer cannot write it. Run with native Delta Lake."
+                "writer cannot write it. Run with delta-spark."
             )
         table_json = table.schema().to_json()
         if self.overwrite and self.overwrite_schema:

@@ -1,14 +1,15 @@
 """Which Delta Lake a session gets, decided before its JVM starts.
 
-Native Delta Lake is delta-spark's jars on Spark's classpath plus its SQL extension and
+delta-spark (Delta Lake on the JVM) is its jars on Spark's classpath plus its SQL extension and
 catalog, all given when the JVM starts: `make install` fetches the jars once into
 ``jars/lib`` (``jars/fetch.py``), and :func:`session_conf` hands them to the session
 builder as ``spark.jars``. Nothing is downloaded at session start (no
 ``spark.jars.packages``). Without them the embedded delta-rs store serves
 (:mod:`pelengine.storage.embedded`).
 
-The choice is the configuration's ``storage.store``: ``auto`` (native Delta when its
-jars are found, else the embedded store), ``native`` (its jars or an error) or
+The choice is the configuration's ``storage.store``: ``auto`` (delta-spark when its
+jars are found, else the embedded store), ``delta-spark`` (its jars or an error; ``native``,
+its older name, is read as ``delta-spark``) or
 ``embedded`` (never the jars). :func:`pelengine.storage.install_storage` then checks what
 the running session really has and records the store and why in the session.
 """
@@ -19,9 +20,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pelengine.settings import SettingsError, store_name
+from pelengine.settings import DELTA_SPARK, SettingsError, store_name
 
-#: the store, overriding the configuration's ``storage.store`` (auto, native, embedded)
+#: the store, overriding the configuration's ``storage.store`` (auto, delta-spark, embedded)
 STORE_ENV = "PELENGINE_STORE"
 #: a folder holding delta-spark's jars (what ``jars/fetch.py`` writes), overriding the
 #: configuration's ``storage.delta_jars`` and the checkout's ``jars/lib``
@@ -40,7 +41,7 @@ FETCH_HINT = (
 
 
 class StoreChoiceError(ValueError):
-    """The configured store cannot be had (native asked for, no jars found)."""
+    """The configured store cannot be had (delta-spark asked for, no jars found)."""
 
 
 def checkout_jars() -> Path:
@@ -49,7 +50,7 @@ def checkout_jars() -> Path:
 
 
 def find_delta_jars(folder: str | None = None) -> tuple[list[str], str]:
-    """(the jar paths, where they came from) of native Delta: the folder named by
+    """(the jar paths, where they came from) of delta-spark: the folder named by
     ``PELENGINE_DELTA_JARS``, else ``folder`` (``storage.delta_jars``), else the
     checkout's ``jars/lib``; no jars when the chosen folder has no delta-spark jar."""
     env = os.environ.get(DELTA_JARS_ENV)
@@ -73,7 +74,7 @@ class StoreChoice:
     why: str
 
     @property
-    def native(self) -> bool:
+    def delta_spark(self) -> bool:
         return bool(self.conf)
 
 
@@ -90,16 +91,16 @@ def session_conf(
     store: str = "auto", folder: str | None = None, extensions: str | None = None
 ) -> StoreChoice:
     """The Spark confs of the ``store`` asked for (``PELENGINE_STORE`` wins over it): with
-    native Delta, ``spark.jars``, the Delta SQL extension (after ``extensions`` already
+    delta-spark, ``spark.jars``, the Delta SQL extension (after ``extensions`` already
     configured) and catalog."""
     store = store_asked(store)
     if store == "embedded":
         return StoreChoice({}, "the embedded store was asked for")
     jars, origin = find_delta_jars(folder)
     if not jars:
-        if store == "native":
+        if store == DELTA_SPARK:
             raise StoreChoiceError(
-                f"storage.store is native but no delta-spark jars were found in {origin}: "
+                f"storage.store is delta-spark but no delta-spark jars were found in {origin}: "
                 + FETCH_HINT
             )
         return StoreChoice({}, f"no delta-spark jars in {origin} ({FETCH_HINT})")

@@ -17,5 +17,5 @@ def local_path(uri: str) -> str | None:
 
 #: Reader option of the embedded source: read only these data files of the snapshot (a JSON
 #: list of their paths relative to the table, decoded: the log's paths URL-decoded, as
-#: delta-rs lists them). Native Delta is never given it.
+#: delta-rs lists them). delta-spark is never given it.
 FILES_OPTION = "pelengine.files"

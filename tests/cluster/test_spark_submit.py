@@ -7,7 +7,7 @@ Spark cluster"). Its Python is a virtualenv that has the dependencies but NOT pe
 on a cluster node), so the driver and the executors — which run the embedded `delta` data
 source's readers and writers and the replay UDFs — can only import pelengine from the
 shipped file. Every output table must equal a local-mode run of the same events. It runs
-on both stores: with delta-spark's jars given by `--jars` (native Delta on the driver and
+on both stores: with delta-spark's jars given by `--jars` (delta-spark on the driver and
 the executors), and without them (the embedded store's writers on the executors).
 
 Marked `cluster` (about a minute): `pytest -m "not cluster"` leaves it out.
@@ -43,7 +43,7 @@ from pelengine.settings import Settings
 from pelengine.storage.jars import DELTA_CATALOG, DELTA_EXTENSION
 from tests.conftest import STORE
 
-# on native Delta (--jars) in make test's first pass, on the embedded store in its second
+# on delta-spark (--jars) in make test's first pass, on the embedded store in its second
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.stores]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -300,7 +300,7 @@ def node_python(tmp_path: Path) -> Path:
 def submit_command(
     master: str, py_files: Path, python: Path, events: str, out: str, native: bool
 ) -> list[str]:
-    """The spark-submit line of docs/deploy.md, this machine's values: with native Delta
+    """The spark-submit line of docs/deploy.md, this machine's values: with delta-spark
     (``--jars`` of the jars `make install` fetched and the two Delta confs) or without."""
     delta = []
     if native:
@@ -364,7 +364,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
     stdout, stderr = tmp_path / "submit.out", tmp_path / "submit.err"
     with open(stdout, "wb") as so, open(stderr, "wb") as se:
         proc = subprocess.Popen(
-            submit_command(standalone.url, py_files, python, events, out, STORE == "native"),
+            submit_command(standalone.url, py_files, python, events, out, STORE == "delta-spark"),
             stdout=so,
             stderr=se,
             stdin=subprocess.DEVNULL,

@@ -1,5 +1,5 @@
 """Spark Connect (#31): the job, a night and the readers through the real CLI against a local
-Spark Connect server with native Delta Lake behind it.
+Spark Connect server with delta-spark behind it.
 
 A Spark Connect server (pyspark's own jar, `spark-submit --class SparkConnectServer`) starts
 on 127.0.0.1 with delta-spark's jars, its extension and catalog; its Python workers run this
@@ -7,9 +7,9 @@ virtualenv's Python. The `pelengine` console script runs with SPARK_REMOTE set, 
 no JVM of its own: the nightly job (`reconstruct --incremental`) for its first run (a full
 replay) and for a night after rows were appended, a plain `reconstruct`, and the readers
 (`sql`, `pending`, `summary`, `report`, `pel-as-of`). Every table must equal one local
-(classic, native Delta) reconstruct of the same events, every reader must print what it
+(classic, delta-spark) reconstruct of the same events, every reader must print what it
 prints on the local session over the same output (and `report` write the same tables), and
-the run reports must say storage native. What needed the JVM has its Connect path checked in
+the run reports must say storage delta-spark. What needed the JVM has its Connect path checked in
 a client of its own (the replay plan check, the heartbeat's stage details, the Delta probe,
 caching); what cannot work over Connect is refused, and the refusals are asserted: a server
 without Delta Lake (a second server), the embedded store asked for, bad URLs.
@@ -58,7 +58,7 @@ from pelengine.storage.jars import (
     find_delta_jars,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.native_delta]
+pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]
 
 SPARK_HOME = Path(pyspark.__file__).parent
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -205,7 +205,7 @@ class Servers:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    """One server with native Delta for the module, and one without Delta Lake (started
+    """One server with delta-spark for the module, and one without Delta Lake (started
     at once, waited for only by the test that needs it); both stopped at the end."""
     logs = tmp_path_factory.mktemp("connect-logs")
     delta = _start_server("delta", logs, delta=True)
@@ -442,10 +442,10 @@ def test_the_job_a_night_and_reconstruct_over_connect_equal_a_local_run(
 ) -> None:
     """The job's first run replayed every event of the first night, the night only what was
     appended (continuing the state the first run saved over Connect), all on the server's
-    native Delta; every table the night left, and every table of a plain reconstruct over
+    delta-spark; every table the night left, and every table of a plain reconstruct over
     Connect, equals one local reconstruct of all the events."""
     for report in (runs.first, runs.night, runs.full):
-        assert report["storage"] == storage.NATIVE, report["storage_reason"]
+        assert report["storage"] == storage.DELTA_SPARK, report["storage_reason"]
         assert "Spark Connect server has delta-spark's classes" in report["storage_reason"]
     assert runs.first["incremental"]["mode"] == "full", runs.first["incremental"]
     assert runs.first["events"]["read"] == NIGHT
@@ -616,18 +616,18 @@ def test_connect_urls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_store_choice_over_connect_never_guesses() -> None:
-    """The decision on a Connect session's facts: native only where the server's sessions
+    """The decision on a Connect session's facts: delta-spark only where the server's sessions
     have Delta's extension loaded and both confs are set; everything else refused, never
     the embedded store (``register`` must not be called)."""
 
     def no_register() -> None:
         raise AssertionError("the embedded store was registered over Spark Connect")
 
-    native = storage.SessionFacts(True, DELTA_EXTENSION, DELTA_CATALOG, remote=True)
-    mode, why = storage.choose_storage_mode(native, no_register, "connect")
+    delta_spark = storage.SessionFacts(True, DELTA_EXTENSION, DELTA_CATALOG, remote=True)
+    mode, why = storage.choose_storage_mode(delta_spark, no_register, "connect")
     assert (mode, why) == (
-        storage.NATIVE,
-        "native Delta Lake: the session this Spark Connect server has delta-spark's classes "
+        storage.DELTA_SPARK,
+        "Delta Lake on the JVM: the session this Spark Connect server has delta-spark's classes "
         "(connect)",
     )
     refusals = {

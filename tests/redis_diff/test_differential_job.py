@@ -30,7 +30,7 @@ from tests.redis_diff.server import DATABASES, RedisServer, ServerKind, on_job_k
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import run_workload
 
-# on both stores: make test runs it on native Delta, then on the embedded store
+# on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.redis, pytest.mark.spark, pytest.mark.stores]
 
 # seeds per server (counts chosen for the suite's time budget, README)

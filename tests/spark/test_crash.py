@@ -35,7 +35,7 @@ from pelengine.settings import Settings
 from pelengine.storage import write_table
 from tests.spark.test_incremental import TABLES, _with_blocking, assert_tables_equal
 
-# on both stores: make test runs it on native Delta, then on the embedded store
+# on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.spark, pytest.mark.stores]
 
 KILL_AT = os.environ.get("PELENGINE_KILL_AT", "writing groups,writing the state").split(",")

@@ -1,6 +1,6 @@
 """One output root, both stores: written by one, continued by the other, state included.
 
-A user may run nights with native Delta Lake (Databricks, a cluster with delta-spark's
+A user may run nights with delta-spark (Databricks, a cluster with delta-spark's
 jars) and, on another day, with the embedded delta-rs store (a laptop, `--runner` of a
 machine without the jars), or the other way round. The tables and the state under one
 root are Delta tables either store reads and continues: nights alternate stores here, each
@@ -26,7 +26,7 @@ from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
 from tests.spark.test_incremental import assert_tables_equal
 
-pytestmark = [pytest.mark.spark, pytest.mark.native_delta]
+pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]
 
 
 def _night(store: str, events: Path, out: Path) -> dict[str, Any]:
@@ -50,12 +50,16 @@ def test_a_root_written_by_one_store_is_continued_by_the_other(
     cuts = [0, 400, 650, len(rows)]
     events, out, full = tmp_path / "events", tmp_path / "out", tmp_path / "full"
     modes = []
-    for night, store in enumerate(("embedded", "native", "embedded")):
+    for night, store in enumerate(("embedded", "delta-spark", "embedded")):
         part = spark.createDataFrame(rows[cuts[night] : cuts[night + 1]], EVENTS_SCHEMA)
         storage.write_table(part, str(events), "append" if night else "overwrite")
         report = _night(store, events, out)
         modes.append((store, report["incremental"]["mode"]))
     print(f"nights: {modes}")
-    assert modes == [("embedded", "full"), ("native", "incremental"), ("embedded", "incremental")]
-    run_reconstruct(spark, str(events), str(full))  # native, in this process
+    assert modes == [
+        ("embedded", "full"),
+        ("delta-spark", "incremental"),
+        ("embedded", "incremental"),
+    ]
+    run_reconstruct(spark, str(events), str(full))  # delta-spark, in this process
     assert_tables_equal(spark, out, full)

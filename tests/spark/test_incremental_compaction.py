@@ -14,7 +14,7 @@ from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.storage import write_table
 from tests.spark.test_incremental_log import _night, _workload
 
-# on both stores: make test runs it on native Delta, then on the embedded store
+# on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.spark, pytest.mark.stores]
 
 

@@ -19,7 +19,7 @@ from pelengine.settings import Settings
 from pelengine.storage import table_version, write_table
 from tests.spark.test_incremental import assert_tables_equal
 
-# on both stores: make test runs it on native Delta, then on the embedded store
+# on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.spark, pytest.mark.stores]
 
 

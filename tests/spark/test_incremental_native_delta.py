@@ -1,4 +1,4 @@
-"""Incremental nights on native Delta Lake read only the new data (#31).
+"""Incremental nights on delta-spark read only the new data (#31).
 
 The events table is changed with Delta's own SQL (OPTIMIZE, DELETE, UPDATE, VACUUM, table
 properties) in the cases users have; each night's tables must equal one full run over the
@@ -7,7 +7,7 @@ the Delta log read as files (``via: commit files``), from the change data feed, 
 row checked against the state's digest, with the reason. Each case prints one line
 ``case: mode, read``.
 
-Suite time: a run on native Delta writes ten tables (a commit each), so the first nights
+Suite time: a run on delta-spark writes ten tables (a commit each), so the first nights
 are shared: a few base tables with their first night are built once and each case
 starts from a copy (Delta's log names its files relative to the table). The night's
 tables are compared with the full run's through delta-rs (no Spark job per table).
@@ -33,7 +33,7 @@ from pelengine.storage import deltalog
 from tests.spark.test_incremental import assert_tables_equal
 from tests.spark.test_incremental_log import _workload
 
-pytestmark = [pytest.mark.spark, pytest.mark.native_delta]
+pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]
 
 ROWS = _workload(400, 41)
 #: the first night's rows (two appends, two rows left out: a later overwrite adds them late)

@@ -27,7 +27,7 @@ from pelengine.runs.full import run_reconstruct
 from pelengine.runs.output import write_outputs
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
 
-# on both stores: make test runs it on native Delta, then on the embedded store
+# on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.spark, pytest.mark.stores]
 
 TABLES = (*OUTPUT_TABLES, "rejected_events")
@@ -94,7 +94,7 @@ def test_a_run_stopped_at_any_write_boundary_is_never_seen(
     print(f"stopped at {len(boundaries)} boundaries: {boundaries}; inconsistent: {inconsistent}")
     assert inconsistent == []
     # the tables themselves did move: a reader of the latest versions would mix runs
-    # (native Delta commits nothing for an empty table overwritten with no rows)
+    # (delta-spark commits nothing for an empty table overwritten with no rows)
     latest = {name: storage.table_version(spark, str(out / name)) for name in TABLES}
     recorded = storage.run_versions(str(out))
     moved = {

@@ -3,7 +3,7 @@
 - Pure: the naming, :class:`storage.Output`, the CLI's options and usage errors.
 - The embedded store (``embedded``): tables by name are refused before any work, saying
   what to do.
-- Native Delta Lake (``native_delta``), for real:
+- delta-spark (``delta_spark``), for real:
   * across processes, against a Hive metastore that outlives them (Spark's Hive support,
     its embedded Derby under the test's temp dir): a run refused for a schema that does not
     exist, runs by name (managed, and external with ``--out``) with ``--events`` by name,
@@ -158,7 +158,7 @@ def test_sql_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _says_what_to_do(err: str) -> None:
-    assert "need native Delta Lake" in err
+    assert "need delta-spark" in err
     assert "make install" in err and "--jars" in err and storage.DELTA_CATALOG in err
     assert "--out PATH" in err and "CREATE TABLE" in err
     assert "Traceback" not in err
@@ -194,7 +194,7 @@ def test_sql_by_name_without_native_delta_says_what_to_do(
     _says_what_to_do(capsys.readouterr().err)
 
 
-# ---- native Delta in the test session (Spark's in-memory catalog) -------------------------
+# ---- delta-spark in the test session (Spark's in-memory catalog) -------------------------
 
 
 @pytest.fixture
@@ -214,7 +214,7 @@ def _log_versions(path: Path) -> list[int]:
 
 
 @pytest.mark.spark
-@pytest.mark.native_delta
+@pytest.mark.delta_spark
 def test_saveastable_by_name_is_idempotent_and_time_travels(
     spark: Any, tmp_path: Path, schema: str
 ) -> None:
@@ -251,7 +251,7 @@ def test_saveastable_by_name_is_idempotent_and_time_travels(
 
 
 @pytest.mark.spark
-@pytest.mark.native_delta
+@pytest.mark.delta_spark
 def test_a_catalog_or_schema_the_session_has_not_is_refused_before_any_work(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -308,7 +308,7 @@ def _wait_for(path: Path, given_up: Path, timeout_s: float = 300) -> None:
 
 
 @pytest.mark.spark
-@pytest.mark.native_delta
+@pytest.mark.delta_spark
 def test_two_writers_of_a_table_by_name_get_one_sentence(
     spark: Any,
     tmp_path: Path,
@@ -377,7 +377,7 @@ def test_two_writers_of_a_table_by_name_get_one_sentence(
     assert not spark.catalog.tableExists(output.table(storage.RUNS_TABLE).name), "no run row"
 
 
-# ---- native Delta across processes: a Hive metastore that outlives them ------------------
+# ---- delta-spark across processes: a Hive metastore that outlives them ------------------
 
 #: process 1: refused for a missing schema; then the schemas, the events table registered
 #: by name, and two runs by name (managed --incremental, and external with --out and txn
@@ -475,7 +475,7 @@ def _rows(spark: Any, path: Path, version: int | None = None) -> list[tuple[Any,
 
 
 @pytest.mark.spark
-@pytest.mark.native_delta
+@pytest.mark.delta_spark
 def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
     from pelengine.generate import generate_events
     from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
@@ -507,7 +507,7 @@ def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
         assert first[step][0] == cli.EXIT_OK, first[step][2][-3000:]
     managed_1 = json.loads(first["managed"][1])
     external_1 = json.loads(first["external"][1])
-    assert managed_1["storage"] == "native" and managed_1["incremental"]["mode"] == "full"
+    assert managed_1["storage"] == "delta-spark" and managed_1["incremental"]["mode"] == "full"
     assert managed_1["input"] == {"path": EVENTS_BY_NAME, "delta_version": 0}
     assert managed_1["tables"] == dict.fromkeys(tables, 0)
     assert external_1["tables"] == dict.fromkeys(tables, 0)

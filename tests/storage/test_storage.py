@@ -92,11 +92,11 @@ class _FakeConf:
         self.values[key] = value
 
 
-class _FakeNativeSpark:
-    """Just enough of a session with native Delta for the DESCRIBE HISTORY path."""
+class _FakeDeltaSparkSpark:
+    """Just enough of a session with delta-spark for the DESCRIBE HISTORY path."""
 
     def __init__(self, versions: dict[str, int]) -> None:
-        self.conf = _FakeConf({storage.MODE_CONF: "native"})
+        self.conf = _FakeConf({storage.MODE_CONF: "delta-spark"})
         self.versions = versions
         self.queries: list[str] = []
 
@@ -117,11 +117,11 @@ class _FakeNativeSpark:
 
 
 def test_native_table_version_of_a_remote_path_uses_describe_history() -> None:
-    """An object store path (no S3 here: a fake session) is asked of native Delta; a local
+    """An object store path (no S3 here: a fake session) is asked of delta-spark; a local
     path is answered from its _delta_log listing (test_a_local_tables_version_is_its_log)."""
-    fake = _FakeNativeSpark({"s3://b/odd`name": 7})
+    fake = _FakeDeltaSparkSpark({"s3://b/odd`name": 7})
     spark: Any = fake
-    assert storage.install_storage(spark) == "native"  # already chosen: idempotent
+    assert storage.install_storage(spark) == "delta-spark"  # already chosen: idempotent
     assert storage.table_version(spark, "s3://b/odd`name") == 7
     assert fake.queries == ["DESCRIBE HISTORY delta.`s3://b/odd``name` LIMIT 1"]
     assert storage.table_version(spark, "s3://b/none") is None

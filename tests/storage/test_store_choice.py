@@ -34,19 +34,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _must_not_register() -> None:
-    raise AssertionError("must not register when native Delta is present")
+    raise AssertionError("must not register when delta-spark is present")
 
 
-NATIVE_FACTS = SessionFacts(True, "foo.Bar," + DELTA_EXTENSION, DELTA_CATALOG, "x.jar")
+DELTA_SPARK_FACTS = SessionFacts(True, "foo.Bar," + DELTA_EXTENSION, DELTA_CATALOG, "x.jar")
 
 
 # ---- the decision on a session's facts ------------------------------------------------------
 
 
-def test_delta_classes_with_extension_and_catalog_are_native() -> None:
-    mode, why = choose_storage_mode(NATIVE_FACTS, _must_not_register, "jars from jars/lib")
-    assert mode == "native"
-    assert why == "native Delta Lake: the session has delta-spark's classes (jars from jars/lib)"
+def test_delta_classes_with_extension_and_catalog_are_delta_spark() -> None:
+    mode, why = choose_storage_mode(DELTA_SPARK_FACTS, _must_not_register, "jars from jars/lib")
+    assert mode == "delta-spark"
+    assert (
+        why == "Delta Lake on the JVM: the session has delta-spark's classes (jars from jars/lib)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,18 +85,18 @@ def test_no_delta_classes_registers_the_embedded_store_and_says_why() -> None:
     )
 
 
-def test_spark_connect_counts_the_extension_as_native() -> None:
+def test_spark_connect_counts_the_extension_as_delta_spark() -> None:
     """A Connect session cannot be probed: its server's configured extension decides."""
     facts = SessionFacts(None, DELTA_EXTENSION, DELTA_CATALOG)
     mode, why = choose_storage_mode(facts, _must_not_register)
-    assert mode == "native" and "Spark Connect server" in why
+    assert mode == "delta-spark" and "Spark Connect server" in why
 
 
 def test_refused_registration_means_native_other_failures_are_reported() -> None:
     def refuse() -> None:
         raise RuntimeError("[DATA_SOURCE_ALREADY_EXISTS] Data source 'delta' already exists.")
 
-    assert choose_storage_mode(SessionFacts(None), refuse)[0] == "native"
+    assert choose_storage_mode(SessionFacts(None), refuse)[0] == "delta-spark"
 
     def broken() -> None:
         raise RuntimeError("boom")
@@ -147,12 +149,14 @@ def test_session_conf_without_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     auto = session_conf("auto")
     assert auto.conf == {}
     assert "no delta-spark jars in PELENGINE_DELTA_JARS=" in auto.why and "make install" in auto.why
-    with pytest.raises(StoreChoiceError, match="storage.store is native but no delta-spark jars"):
-        session_conf("native")
+    with pytest.raises(
+        StoreChoiceError, match="storage.store is delta-spark but no delta-spark jars"
+    ):
+        session_conf("delta-spark")
     monkeypatch.setenv("PELENGINE_STORE", "embedded")
-    assert session_conf("native").conf == {}, "PELENGINE_STORE wins over storage.store"
+    assert session_conf("delta-spark").conf == {}, "PELENGINE_STORE wins over storage.store"
     monkeypatch.setenv("PELENGINE_STORE", "jvm")
-    with pytest.raises(StoreChoiceError, match="'jvm' is not one of auto, native, embedded"):
+    with pytest.raises(StoreChoiceError, match="'jvm' is not one of auto, delta-spark, embedded"):
         session_conf("auto")
 
 
@@ -167,9 +171,37 @@ def test_storage_store_is_validated_once_in_the_config(tmp_path: Path) -> None:
         load_config([conf])
 
 
-def test_the_checkout_has_the_fetched_jars_when_this_run_is_native() -> None:
+def test_native_is_an_old_name_of_delta_spark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Configurations written before the rename keep working: `native` means delta-spark
+    in storage.store, PELENGINE_STORE and PELENGINE_TEST_STORE."""
+    conf = tmp_path / "c.yaml"
+    conf.write_text("storage:\n  store: native\n")
+    assert load_config([conf]).storage.store == "delta-spark"
+    monkeypatch.delenv("PELENGINE_STORE", raising=False)
+    monkeypatch.setenv("PELENGINE_DELTA_JARS", str(_jar_folder(tmp_path, "unrelated-1.0.jar")))
+    with pytest.raises(StoreChoiceError, match="storage.store is delta-spark but no delta-spark"):
+        session_conf("native")
+    monkeypatch.setenv("PELENGINE_STORE", "native")
+    with pytest.raises(StoreChoiceError, match="storage.store is delta-spark but no delta-spark"):
+        session_conf("embedded")
+    env = {**os.environ, "PELENGINE_TEST_STORE": "native"}
+    header = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-p", "no:cacheprovider", "tests/test_layers.py"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+    assert "pelengine store: delta-spark (PELENGINE_TEST_STORE)" in header.stdout, header.stderr
+
+
+def test_the_checkout_has_the_fetched_jars_when_this_run_is_on_delta_spark() -> None:
     """`make install` fetched the coordinate the installed delta-spark and pyspark name."""
-    if STORE != "native":
+    if STORE != "delta-spark":
         return  # the embedded pass: nothing fetched is needed (and none is asserted)
     jars, origin = find_delta_jars()
     names = {Path(j).name for j in jars}
@@ -193,9 +225,9 @@ def test_the_checkout_has_the_fetched_jars_when_this_run_is_native() -> None:
 def test_the_suite_session_has_the_store_it_asked_for(spark: Any) -> None:
     assert storage.storage_mode(spark) == STORE
     why = storage.storage_reason(spark)
-    if STORE == "native":
+    if STORE == "delta-spark":
         assert storage.probe_jvm_delta(spark) is True
-        assert why.startswith("native Delta Lake: the session has delta-spark's classes")
+        assert why.startswith("Delta Lake on the JVM: the session has delta-spark's classes")
     else:
         assert storage.probe_jvm_delta(spark) is False
         assert why.startswith("embedded delta-rs store: no delta-spark classes")
@@ -209,7 +241,7 @@ CHILD = textwrap.dedent(
     from pelengine.storage.jars import session_conf
     case = sys.argv[1]
     builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-    conf = session_conf("native").conf
+    conf = session_conf("delta-spark").conf
     if case == "late":
         first = builder.getOrCreate()  # a JVM without the jars, then the jars
         for k, v in conf.items():
@@ -230,7 +262,7 @@ CHILD = textwrap.dedent(
 
 
 def _child(case: str) -> dict[str, str]:
-    env = {**os.environ, "PELENGINE_STORE": "native"}
+    env = {**os.environ, "PELENGINE_STORE": "delta-spark"}
     env.pop("PELENGINE_DELTA_JARS", None)
     done = subprocess.run(
         [sys.executable, "-c", CHILD, case],
@@ -246,7 +278,7 @@ def _child(case: str) -> dict[str, str]:
 
 
 @pytest.mark.spark
-@pytest.mark.native_delta
+@pytest.mark.delta_spark
 def test_sessions_with_jars_too_late_or_without_the_extension_are_refused() -> None:
     """Jars present but the extension and catalog missing, and jars given to a running JVM:
     each a clear error, never the embedded store and never "table missing"."""
