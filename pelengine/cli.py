@@ -33,12 +33,11 @@ from pelengine.commands.args import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
-    Progress,
     UsageError,
     check,
 )
 from pelengine.commands.parser import build_parser
-from pelengine.progress import ProgressReporter, spark_status
+from pelengine.progress import Progress, ProgressReporter, spark_status
 from pelengine.settings import Config, ConfigError, load_config
 from pelengine.storage import (
     CatalogNameError,

@@ -36,8 +36,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-Progress = Callable[[str], None]
-
 
 class UsageError(Exception):
     """A bad command line: reported with exit code 2."""

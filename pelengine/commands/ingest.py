@@ -8,7 +8,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from pelengine.commands.args import EXIT_FAILED, EXIT_OK, Progress, run_settings
+from pelengine.commands.args import EXIT_FAILED, EXIT_OK, run_settings
+from pelengine.progress import Progress
 from pelengine.settings import Config
 
 if TYPE_CHECKING:

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 from pelengine.commands.args import (
     EXIT_FAILED,
     EXIT_OK,
-    Progress,
     UsageError,
     reconstruct_output,
     report_thresholds,
 )
+from pelengine.progress import Progress
 from pelengine.settings import Config
 from pelengine.storage import check_output
 

@@ -8,13 +8,8 @@ import json
 import os
 from typing import TYPE_CHECKING
 
-from pelengine.commands.args import (
-    EXIT_OK,
-    Progress,
-    generate_sizes,
-    reconstruct_output,
-    run_settings,
-)
+from pelengine.commands.args import EXIT_OK, generate_sizes, reconstruct_output, run_settings
+from pelengine.progress import Progress
 from pelengine.settings import Config
 
 if TYPE_CHECKING:

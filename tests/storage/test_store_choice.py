@@ -187,15 +187,7 @@ def test_native_is_an_old_name_of_delta_spark(
     with pytest.raises(StoreChoiceError, match="storage.store is delta-spark but no delta-spark"):
         session_conf("embedded")
     env = {**os.environ, "PELENGINE_TEST_STORE": "native"}
-    header = subprocess.run(
-        [sys.executable, "-m", "pytest", "--co", "-p", "no:cacheprovider", "tests/test_layers.py"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
+    header = _python(env, "-m", "pytest", "--co", "-p", "no:cacheprovider", "tests/test_layers.py")
     assert "pelengine store: delta-spark (PELENGINE_TEST_STORE)" in header.stdout, header.stderr
 
 
@@ -261,11 +253,10 @@ CHILD = textwrap.dedent(
 )
 
 
-def _child(case: str) -> dict[str, str]:
-    env = {**os.environ, "PELENGINE_STORE": "delta-spark"}
-    env.pop("PELENGINE_DELTA_JARS", None)
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, case],
+def _python(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """This interpreter with ``argv`` in the checkout, its output captured."""
+    return subprocess.run(
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         env=env,
@@ -273,6 +264,12 @@ def _child(case: str) -> dict[str, str]:
         timeout=300,
         check=False,
     )
+
+
+def _child(case: str) -> dict[str, str]:
+    env = {**os.environ, "PELENGINE_STORE": "delta-spark"}
+    env.pop("PELENGINE_DELTA_JARS", None)
+    done = _python(env, "-c", CHILD, case)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
