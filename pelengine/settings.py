@@ -328,7 +328,12 @@ def conf_fields(section: type[DataclassInstance]) -> dict[str, Field[Any]]:
 
 
 def _check_packaged() -> None:
-    """Every key of the packaged defaults is read by a field of its section."""
+    """Every key of the packaged defaults is read by a field of its section, and every
+    field reads its own section."""
+    for name, cls in SECTIONS.items():
+        strays = [f.name for f in conf_fields(cls).values() if f.metadata["section"] != name]
+        if strays:
+            raise ConfigError(f"{cls.__name__}: {strays} read another section than '{name}'")
     for name, section in _DEFAULTS.items():
         known = conf_fields(SECTIONS[name]) if name in SECTIONS else {}
         unread = sorted(set(section) - set(known))
@@ -362,10 +367,12 @@ _UNSET = object()
 def _file_value(value: Any, f: Field[Any], where: str) -> Any:
     """A file's value for field ``f``: text where text is expected (a YAML number, such as
     ``profile: 7.0``, read as its text), null or "" as not given (``_UNSET``: the default;
-    None where the field may be unset); the field's own rules check the rest."""
-    optional = "None" in str(f.type)
+    None where the field may be unset, no keys for a mapping); the field's own rules check
+    the rest."""
     if value is None or value == "":
-        return None if optional else _UNSET
+        if "None" in str(f.type):
+            return None
+        return {} if str(f.type).startswith("Mapping") else _UNSET
     if str(f.type).startswith("str"):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)

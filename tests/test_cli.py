@@ -361,6 +361,8 @@ def test_null_or_empty_in_a_file_means_not_given(tmp_path: Path) -> None:
     assert conf.demo.dir == "demo"
     assert (conf.spark.master, conf.spark.log_level) == (None, None)
     assert "spark.ui.enabled" not in conf.spark.conf
+    over.write_text("spark: {conf: null}\n")
+    assert load_config([over]).spark.conf == {}
 
 
 def test_the_packaged_file_and_the_fields_cannot_drift(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -379,6 +381,10 @@ def test_the_packaged_file_and_the_fields_cannot_drift(monkeypatch: pytest.Monke
         settings._check_packaged()
     with pytest.raises(KeyError, match="no_such_key"):
         settings.conf_field("reconstruct", "no_such_key")
+    monkeypatch.setattr(settings, "_DEFAULTS", shipped)
+    monkeypatch.setitem(settings.SECTIONS, "demo", settings.GenerateConfig)
+    with pytest.raises(ConfigError, match="read another section than 'demo'"):
+        settings._check_packaged()
 
 
 # ---- end to end (Spark) -------------------------------------------------------------
