@@ -17,7 +17,7 @@
     exception, reported by the CLI as one sentence.
 
 No fake stands in for Delta here. What needs Databricks itself (a serverless session) is
-faked in tests/test_bundle.py.
+faked in tests/cli/test_bundle.py.
 """
 
 from __future__ import annotations

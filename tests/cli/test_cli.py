@@ -15,7 +15,7 @@ import pytest
 from pelengine import cli
 from pelengine.config import ConfigError, load_config, packaged_defaults
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SENTINEL_SPARK: Any = object()  # stands in for a session: commands below never touch it
 
 
