@@ -57,6 +57,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+#: fixtures that hand a test a Spark session. A test that uses one must be marked `spark`
+#: (its own mark or its module's ``pytestmark``), so that ``-m "not spark"`` runs the fast
+#: room alone; :func:`pytest_runtest_setup` fails one that is not, before the session
+#: starts. Tests that start Spark another way (a CLI child, a Connect server, a cluster)
+#: carry the mark by hand.
+SPARK_FIXTURES = frozenset({"spark"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    used = sorted(SPARK_FIXTURES.intersection(getattr(item, "fixturenames", ())))
+    if used and item.get_closest_marker("spark") is None:
+        pytest.fail(
+            f"{item.nodeid} uses the Spark session (fixture {', '.join(used)}) but is not "
+            "marked spark: add @pytest.mark.spark (or to its module's pytestmark)",
+            pytrace=False,
+        )
+
+
 def spark_builder(app_name: str = "pelengine-tests") -> object:
     """The builder of the suite's sessions (local[2], 2 shuffle partitions, UTC, UI off),
     with this run's store chosen the way the CLI chooses it."""

@@ -58,7 +58,9 @@ from pelengine.storage.jars import (
     find_delta_jars,
 )
 
-pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]
+# the tests with a Spark session or a Connect server are marked spark one by one: the
+# rest decide on facts handed to them, with no session
+pytestmark = pytest.mark.delta_spark
 
 SPARK_HOME = Path(pyspark.__file__).parent
 CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -437,6 +439,7 @@ def runs(spark: SparkSession, servers: Servers, tmp_path_factory: pytest.TempPat
     return Runs(events, out, whole, local, first, night, full, readers, written)
 
 
+@pytest.mark.spark
 def test_the_job_a_night_and_reconstruct_over_connect_equal_a_local_run(
     spark: SparkSession, runs: Runs
 ) -> None:
@@ -461,6 +464,7 @@ def test_the_job_a_night_and_reconstruct_over_connect_equal_a_local_run(
     _assert_same(_contents(spark, runs.whole, TABLES), expected, "reconstruct over Connect")
 
 
+@pytest.mark.spark
 def test_readers_over_connect_print_and_write_what_they_do_locally(
     spark: SparkSession, runs: Runs
 ) -> None:
@@ -534,6 +538,7 @@ JVM_PATHS = """
 """
 
 
+@pytest.mark.spark
 def test_what_needs_the_jvm_has_a_connect_path(servers: Servers) -> None:
     """The replay plan check reads the server's physical plan and still refuses a plan that
     would lose the seq order; the heartbeat gets stage details from the server's progress
@@ -563,6 +568,7 @@ def test_what_needs_the_jvm_has_a_connect_path(servers: Servers) -> None:
 # ---- refusals --------------------------------------------------------------------------------
 
 
+@pytest.mark.spark
 def test_a_server_without_delta_lake_is_refused(servers: Servers, tmp_path: Path) -> None:
     """No Delta Lake on the server: refused before any work, with what to do; the embedded
     store is not offered over Connect (nothing written)."""

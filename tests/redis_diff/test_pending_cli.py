@@ -34,7 +34,7 @@ from tests.redis_diff.capture import Recorder, SeqCounter, time_ms
 from tests.redis_diff.server import RedisServer, on_job_kinds
 from tests.redis_diff.workload import run_workload
 
-pytestmark = [pytest.mark.redis, pytest.mark.spark]
+pytestmark = pytest.mark.redis
 
 SEED = 4242
 COMMANDS = 300
@@ -158,6 +158,7 @@ def _idle_split(idles: list[int], tolerance: int) -> int | None:
     return (low + high) // 2 if width > 2 * tolerance + 10 else None
 
 
+@pytest.mark.spark
 @on_job_kinds
 def test_pending_matches_redis_xpending(
     fresh_redis_server: RedisServer, spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture

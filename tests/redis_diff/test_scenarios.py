@@ -1020,6 +1020,7 @@ def _max_span_ms(records: list) -> int:  # noqa: ANN001
     return max((r.ts_after_ms - r.ts_ms for r in records if r.note != "blocked"), default=0)
 
 
+@pytest.mark.spark
 @on_job_kinds
 def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -> None:  # noqa: ANN001
     """Every scenario (but the known gaps) in ONE events table through ``reconstruct``.

@@ -17,7 +17,7 @@
     exception, reported by the CLI as one sentence.
 
 No fake stands in for Delta here. What needs Databricks itself (a serverless session) is
-faked in tests/test_bundle.py.
+faked in tests/cli/test_bundle.py.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def _says_what_to_do(err: str) -> None:
         ["--events", "main.redis.events", "--out", "{tmp}/out"],
     ],
 )
-def test_catalog_tables_without_native_delta_say_what_to_do(
+def test_catalog_tables_without_delta_spark_say_what_to_do(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
     assert storage.storage_mode(spark) == storage.EMBEDDED
@@ -185,7 +185,7 @@ def test_catalog_tables_without_native_delta_say_what_to_do(
 
 @pytest.mark.spark
 @pytest.mark.embedded
-def test_sql_by_name_without_native_delta_says_what_to_do(
+def test_sql_by_name_without_delta_spark_says_what_to_do(
     spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert storage.storage_mode(spark) == storage.EMBEDDED

@@ -139,7 +139,7 @@ def test_arguments_are_bytes_exact_utf8(tmp_path: Path) -> None:
 def test_an_rdb_preamble_is_the_starting_state_then_commands_follow(tmp_path: Path) -> None:
     """aof-use-rdb-preamble yes (the servers' default): a legacy AOF that starts with an
     RDB snapshot, commands after it; the snapshot becomes PELENGINE.LOAD rows."""
-    from tests.test_rdb import one_stream_file
+    from tests.ingest.test_rdb import one_stream_file
 
     path = tmp_path / "appendonly.aof"
     path.write_bytes(one_stream_file() + resp("XACK", "s", "grp", "1-1"))

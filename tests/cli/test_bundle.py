@@ -22,7 +22,7 @@ import yaml
 
 from pelengine import cli, storage
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 JOB_PARAM = re.compile(r"\{\{\s*job\.parameters\.([A-Za-z0-9_]+)\s*\}\}")
 BUNDLE_VAR = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
 

@@ -19,7 +19,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Run first in the child: any import of pelengine_native fails as if it were not installed.
 BLOCK_NATIVE = textwrap.dedent(

@@ -15,7 +15,7 @@ import pytest
 
 from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench.py"
 
 
 def _load() -> ModuleType:

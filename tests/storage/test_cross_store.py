@@ -24,7 +24,7 @@ from pelengine import storage
 from pelengine.generate import generate_events
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
-from tests.spark.test_incremental import assert_tables_equal
+from tests.runs.test_incremental import assert_tables_equal
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]
 

@@ -30,8 +30,8 @@ from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
 from pelengine.settings import Settings
 from pelengine.storage import deltalog
-from tests.spark.test_incremental import assert_tables_equal
-from tests.spark.test_incremental_log import _workload
+from tests.runs.test_incremental import assert_tables_equal
+from tests.runs.test_incremental_log import _workload
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]
 

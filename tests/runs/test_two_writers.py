@@ -18,7 +18,7 @@ from pelengine.generate import generate_events
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.storage import RunInProgressError
-from tests.spark.test_whole_runs import _seen
+from tests.runs.test_whole_runs import _seen
 
 pytestmark = [pytest.mark.spark, pytest.mark.stores]  # both stores (make test)
 

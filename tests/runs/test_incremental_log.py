@@ -17,7 +17,7 @@ from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.settings import Settings
 from pelengine.storage import table_version, write_table
-from tests.spark.test_incremental import assert_tables_equal
+from tests.runs.test_incremental import assert_tables_equal
 
 # on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.spark, pytest.mark.stores]

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from tests.scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "explore_run.ipynb"
 EVENTS, KEYS, SEED = 3000, 4, 7  # this workload has dangling entries, claims, redeliveries
 POISON_MIN = 2

@@ -33,7 +33,7 @@ from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.settings import Settings
 from pelengine.storage import write_table
-from tests.spark.test_incremental import TABLES, _with_blocking, assert_tables_equal
+from tests.runs.test_incremental import TABLES, _with_blocking, assert_tables_equal
 
 # on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.spark, pytest.mark.stores]

@@ -22,7 +22,7 @@ from pelengine.settings import (
     packaged_defaults,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SENTINEL_SPARK: Any = object()  # stands in for a session: commands below never touch it
 
 

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.storage import write_table
-from tests.spark.test_incremental_log import _night, _workload
+from tests.runs.test_incremental_log import _night, _workload
 
 # on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.spark, pytest.mark.stores]

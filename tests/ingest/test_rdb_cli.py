@@ -1,4 +1,4 @@
-"""``pelengine ingest-rdb`` end to end on hand-built files (tests/test_rdb.py's builders):
+"""``pelengine ingest-rdb`` end to end on hand-built files (tests/ingest/test_rdb.py's builders):
 a damaged file fails (exit 1) with a message naming the file and the offset and writes
 nothing; a good one writes its ``PELENGINE.LOAD`` rows, and a second run appends after
 the table's largest seq."""
@@ -15,7 +15,7 @@ from pelengine import cli
 from pelengine.ingest.rdb import parse_rdb
 from pelengine.ingest.snapshot import load_rows
 from pelengine.model.commands import LOAD_COMMAND
-from tests.test_rdb import one_stream_file
+from tests.ingest.test_rdb import one_stream_file
 
 pytestmark = pytest.mark.spark
 
