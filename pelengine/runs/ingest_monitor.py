@@ -152,12 +152,12 @@ def ingest_rdb(
     progress: Callable[[str], None] = quiet,
 ) -> dict[str, Any]:
     """Write the state an RDB snapshot holds to the events table as ``PELENGINE.LOAD``
-    rows (:mod:`pelengine.ingest.snapshot`): the starting state of a replay, followed
+    rows (:mod:`pelengine.ingest.rdb.starting_state`): the starting state of a replay, followed
     by whatever is appended after it (a MONITOR capture or an application log recorded
     after the snapshot). Read and checked whole before anything is written: a corrupt
     or truncated file raises :class:`pelengine.ingest.rdb.RdbFormatError`."""
     from pelengine.ingest.rdb import read_rdb
-    from pelengine.ingest.snapshot import load_rows, snapshot_time_ms
+    from pelengine.ingest.rdb.starting_state import load_rows, snapshot_time_ms
     from pelengine.schemas import EVENTS_SCHEMA
     from pelengine.storage import write_table
 
