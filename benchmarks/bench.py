@@ -760,7 +760,7 @@ class Bench:
     # -- 1. generate ------------------------------------------------------------------
 
     def ensure_events(self, events: int, keys: int, seed: int) -> dict[str, Any]:
-        from pelengine.generate import generate_events
+        from pelengine.synth import generate_events
 
         try:
             from pelengine.runs.generate import rows_to_batches

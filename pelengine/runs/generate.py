@@ -1,4 +1,4 @@
-"""Write a synthetic workload (:mod:`pelengine.generate`) as an events Delta table.
+"""Write a synthetic workload (:mod:`pelengine.synth`) as an events Delta table.
 
 Rows are packed into Arrow record batches by columns, then handed to Spark as one
 Arrow table: no per-row Python objects cross into the JVM.
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from pelengine.generate import generate_events
+from pelengine.synth import generate_events
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

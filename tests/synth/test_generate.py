@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pelengine.generate import (
+from pelengine.synth import (
     SOURCE,
     SOURCE_BAD,
     SOURCE_DUP,
@@ -213,11 +213,11 @@ def test_generated_dataframe_has_events_schema(spark: Any) -> None:
 def test_simulated_pel_agrees_with_the_model(profile: str) -> None:
     """The generator's light simulation and the Redis model end with the same PEL
     (owner and delivery time of every pending entry), and only `gen:invalid` rows fail."""
-    from pelengine.generate import _Workload
     from pelengine.model import Replayer, snapshot_tables
+    from pelengine.synth import Workload
 
     n = 3000
-    w = _Workload(n, 8, seed=11, start_ms=1_700_000_000_000, faults=True)
+    w = Workload(n, 8, seed=11, start_ms=1_700_000_000_000, faults=True)
     while w.emitted < n:
         w.run(1)
     rows, seen = w.out[:n], set()
