@@ -36,6 +36,7 @@ import pytest
 
 from pelengine import cli, storage
 from pelengine.config import ConfigError, load_config
+from pelengine.storage import jars
 
 # ---- names -------------------------------------------------------------------------------
 
@@ -158,7 +159,7 @@ def test_sql_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 def _says_what_to_do(err: str) -> None:
     assert "need native Delta Lake" in err
-    assert "make install" in err and "--jars" in err and storage.DELTA_CATALOG in err
+    assert "make install" in err and "--jars" in err and jars.DELTA_CATALOG in err
     assert "--out PATH" in err and "CREATE TABLE" in err
     assert "Traceback" not in err
 
