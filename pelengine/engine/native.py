@@ -22,8 +22,6 @@ from pelengine.settings import ENGINES
 
 # the pelengine_native API this package speaks (its ``ABI``)
 NATIVE_ABI = 3
-# whether the native core reads and writes the saved state of incremental runs
-NATIVE_STATE = True
 
 
 class EngineError(RuntimeError):
@@ -63,18 +61,11 @@ def why_not() -> str | None:
 def resolve_engine(choice: str, *, keep_state: bool = False) -> tuple[str, str]:
     """The engine a run uses for ``choice`` (auto, native, python), with the reason.
     ``keep_state``: an incremental run, whose replay reads and writes each family's saved
-    model (both engines do since ``NATIVE_STATE``: a state either saved loads in the other)."""
+    model (both engines do: a state either saved loads in the other)."""
     if choice not in ENGINES:
         raise EngineError(f"unknown engine {choice!r}: choose one of {', '.join(ENGINES)}")
     if choice == "python":
         return "python", "python chosen"
-    if keep_state and NATIVE_STATE is False:
-        if choice == "native":
-            raise EngineError(
-                "--engine native cannot run an incremental run yet: the native core does not "
-                "read or write the saved state; use --engine auto or python"
-            )
-        return "python", "auto: incremental runs keep state, which only the Python model reads"
     module = load()
     if module is not None:
         version = getattr(module, "__version__", "?")
