@@ -189,7 +189,8 @@ def test_keys_spread_over_dbs(rows: list[dict[str, Any]]) -> None:
 
 
 def test_arrow_batches_keep_rows_and_nulls() -> None:
-    from pelengine.runs.generate import EVENTS_ARROW_SCHEMA, generated_arrow_table
+    from pelengine.runs.events import EVENTS_ARROW_SCHEMA
+    from pelengine.runs.generate import generated_arrow_table
 
     table = generated_arrow_table(1500, 5, seed=3, chunk_rows=400)
     assert table.schema == EVENTS_ARROW_SCHEMA
