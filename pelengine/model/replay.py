@@ -87,10 +87,37 @@ HISTORY_TABLES = ("ownership_changes", "pel_history", "delivery_segments", "grou
 
 
 PROFILES: dict[str, Profile] = {
-    "7.0": Profile("7.0", False, False, False, False, script_block=False),
-    "7.2": Profile("7.2", True, True, True, True, script_block=False),
-    "7.4": Profile("7.4", True, True, True, True),
-    "valkey-8.1": Profile("valkey-8.1", True, True, True, True, strict_lag=True),
+    "7.0": Profile(
+        "7.0",
+        active_time=False,
+        eager_consumers=False,
+        xsetid_checks_max_deleted=False,
+        unit_time_snapshot=False,
+        script_block=False,
+    ),
+    "7.2": Profile(
+        "7.2",
+        active_time=True,
+        eager_consumers=True,
+        xsetid_checks_max_deleted=True,
+        unit_time_snapshot=True,
+        script_block=False,
+    ),
+    "7.4": Profile(
+        "7.4",
+        active_time=True,
+        eager_consumers=True,
+        xsetid_checks_max_deleted=True,
+        unit_time_snapshot=True,
+    ),
+    "valkey-8.1": Profile(
+        "valkey-8.1",
+        active_time=True,
+        eager_consumers=True,
+        xsetid_checks_max_deleted=True,
+        unit_time_snapshot=True,
+        strict_lag=True,
+    ),
 }
 
 
