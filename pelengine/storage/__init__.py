@@ -30,6 +30,7 @@ from pelengine.storage.changes import (
 )
 from pelengine.storage.choice import (
     CONNECT_NEEDS_NATIVE,
+    DELTA_CONFS,
     DELTA_PACKAGE,
     DELTA_SOURCE_CLASS,
     DELTA_TABLE_FUNCTION,
@@ -93,6 +94,7 @@ __all__ = [
     "CatalogNameError",
     "ChangesUnknownError",
     "ConcurrentWriteError",
+    "DELTA_CONFS",
     "DELTA_PACKAGE",
     "DELTA_SOURCE_CLASS",
     "DELTA_TABLE_FUNCTION",

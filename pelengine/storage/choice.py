@@ -31,6 +31,8 @@ DELTA_SOURCE_CLASS = "org.apache.spark.sql.delta.sources.DeltaDataSource"
 #: delta-spark 4.4.0; since Delta 4.x the artifact names its Spark line); ``make install``
 #: fetches it and what it needs into jars/lib (jars/fetch.py)
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+#: the confs a session needs for native Delta Lake, as spark-submit's options
+DELTA_CONFS = f"--conf {EXTENSIONS_CONF}={DELTA_EXTENSION} --conf {CATALOG_CONF}={DELTA_CATALOG}"
 
 
 def on_databricks() -> bool:
@@ -140,14 +142,8 @@ CONNECT_NEEDS_NATIVE = (
     "org.apache.spark.sql.connect.service.SparkConnectServer --jars <delta-spark's jars: "
     "$(cat jars/lib/classpath) after `make install`, or --packages "
     + DELTA_PACKAGE
-    + ") --conf "
-    + EXTENSIONS_CONF
-    + "="
-    + DELTA_EXTENSION
-    + " --conf "
-    + CATALOG_CONF
-    + "="
-    + DELTA_CATALOG
+    + ") "
+    + DELTA_CONFS
     + "; or run without Spark Connect (unset SPARK_REMOTE and spark.remote)"
 )
 
@@ -193,8 +189,7 @@ def choose_storage_mode(
             raise StorageSetupError(
                 "Delta Lake's classes are on this session's classpath but "
                 + " and ".join(missing)
-                + f": {build} with --conf {EXTENSIONS_CONF}={DELTA_EXTENSION} "
-                f"--conf {CATALOG_CONF}={DELTA_CATALOG} (pelengine will not write a Delta "
+                + f": {build} with {DELTA_CONFS} (pelengine will not write a Delta "
                 "table through the embedded store while native Delta is present)"
             )
         connect = facts.remote or facts.has_delta_class is None

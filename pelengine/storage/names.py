@@ -10,14 +10,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pelengine.storage.choice import NATIVE, storage_mode
+from pelengine.storage.choice import DELTA_CONFS, NATIVE, storage_mode
 from pelengine.storage.errors import CatalogNameError, NativeDeltaRequiredError
-from pelengine.storage.jars import (
-    CATALOG_CONF,
-    DELTA_CATALOG,
-    DELTA_EXTENSION,
-    EXTENSIONS_CONF,
-)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -129,14 +123,8 @@ CATALOG_NEEDS_NATIVE = (
     "catalog tables ({what}) need native Delta Lake, and this session has the embedded "
     "delta-rs store, which reads and writes paths only. Either run where Delta Lake is "
     "installed (Databricks; locally `make install` fetches its jars into jars/lib; "
-    "spark-submit --jars $(cat jars/lib/classpath) --conf "
-    + EXTENSIONS_CONF
-    + "="
-    + DELTA_EXTENSION
-    + " --conf "
-    + CATALOG_CONF
-    + "="
-    + DELTA_CATALOG
+    "spark-submit --jars $(cat jars/lib/classpath) "
+    + DELTA_CONFS
     + "), or write paths: drop --catalog/--schema (and output.catalog/"
     "output.schema), give --out PATH, and register the tables later where Delta Lake is "
     "available (CREATE TABLE <name> USING delta LOCATION '<PATH>/<table>')."

@@ -126,6 +126,13 @@ Errors: a truncated file, a corrupt byte, an opcode or type this reader does not
 know (or a module value, which cannot be read without its module) raise
 :class:`RdbFormatError` naming the file and the byte offset; a checksum that does
 not match raises :class:`RdbChecksumError`. Nothing is guessed.
+
+The modules: :mod:`~pelengine.ingest.rdb.reader` (the walk: :func:`parse_rdb`,
+:func:`read_rdb`), :mod:`~pelengine.ingest.rdb.results` (:class:`RdbFile` and the
+records it holds), :mod:`~pelengine.ingest.rdb.format` (opcodes, types, field layouts),
+the codecs :mod:`~pelengine.ingest.rdb.crc`, :mod:`~pelengine.ingest.rdb.lzf` and
+:mod:`~pelengine.ingest.rdb.listpack`, and :mod:`~pelengine.ingest.rdb.starting_state`
+(a snapshot as ``PELENGINE.LOAD`` rows).
 """
 
 from __future__ import annotations
@@ -137,14 +144,8 @@ from pelengine.ingest.rdb.lzf import LzfError, lzf_decompress
 from pelengine.ingest.rdb.reader import parse_rdb, read_rdb
 from pelengine.ingest.rdb.results import (
     RdbChecksumError,
-    RdbConsumer,
-    RdbEntry,
     RdbFile,
     RdbFormatError,
-    RdbGroup,
-    RdbKey,
-    RdbNode,
-    RdbPendingEntry,
     RdbStream,
     decode_name,
 )
@@ -153,14 +154,8 @@ __all__ = [
     "MODULE_NAME_CHARSET",
     "LzfError",
     "RdbChecksumError",
-    "RdbConsumer",
-    "RdbEntry",
     "RdbFile",
     "RdbFormatError",
-    "RdbGroup",
-    "RdbKey",
-    "RdbNode",
-    "RdbPendingEntry",
     "RdbStream",
     "crc64",
     "decode_listpack",
