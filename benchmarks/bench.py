@@ -766,14 +766,21 @@ class Bench:
     # -- 1. generate ------------------------------------------------------------------
 
     def ensure_events(self, events: int, keys: int, seed: int) -> dict[str, Any]:
-        from pelengine.generate import generate_events
+        try:
+            from pelengine.synth import generate_events
+        except ImportError:  # a checkout from before pelengine/synth/ (measuring "before")
+            from pelengine.generate import generate_events  # type: ignore[no-redef]
 
         try:
-            from pelengine.runs.generate import rows_to_batches
+            from pelengine.runs.events import rows_to_batches
             from pelengine.schemas import EVENTS_SCHEMA
-        except ImportError:  # a checkout from before the rooms (measuring "before")
-            from pelengine.spark.generate_io import rows_to_batches  # type: ignore[no-redef]
-            from pelengine.spark.schemas import EVENTS_SCHEMA  # type: ignore[no-redef]
+        except ImportError:
+            try:  # a checkout from before pelengine/runs/events.py
+                from pelengine.runs.generate import rows_to_batches  # type: ignore[no-redef]
+                from pelengine.schemas import EVENTS_SCHEMA
+            except ImportError:  # a checkout from before the rooms (measuring "before")
+                from pelengine.spark.generate_io import rows_to_batches  # type: ignore[no-redef]
+                from pelengine.spark.schemas import EVENTS_SCHEMA  # type: ignore[no-redef]
         from pelengine.storage import table_exists, table_row_count, write_table
 
         spark = self.spark

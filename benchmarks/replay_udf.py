@@ -1,6 +1,6 @@
 """CPU of the Python side of the replay alone: the grouped Arrow UDF, in-process.
 
-Generates ``--events`` events (``pelengine.generate``, default 300k over ``--keys``
+Generates ``--events`` events (``pelengine.synth``, default 300k over ``--keys``
 8 keys), routes them in this process the way the job does (``make_router``; keys
 tied by RENAME or a multi-stream XREADGROUP share a family, FLUSHDB/FLUSHALL reach
 every family as fan-out rows), cuts each family's rows, in seq order, into Arrow
@@ -53,7 +53,7 @@ def parse_size(text: str) -> int:
 
 def events(n: int, keys: int, seed: int) -> list[dict[str, Any]]:
     """The generated log as the job replays it: rows with an argv, one per seq."""
-    from pelengine.generate import generate_events
+    from pelengine.synth import generate_events
 
     seen: set[int] = set()
     rows = []

@@ -145,9 +145,6 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "pel_history": (*VERSION_COLUMNS, "as_of_ms", "as_of_seq"),
 }
 STATE_TABLES = ("pel", "ownership", "delivery_counts", "groups", "streams")
-# What the replay emits for delivery_counts (see pelengine.model.delivery): segments of
-# delivery records and the final place of each group incarnation, merged by the pipeline.
-SEGMENT_TABLES = ("delivery_segments", "group_incarnations")
 OUTPUT_TABLES = (*STATE_TABLES, "ownership_changes", "pel_history")
 
 # Outcome rows: how many commands of a kind a replay applied, ignored or failed.
@@ -318,6 +315,3 @@ STATE_TABLE_SCHEMA = StructType(
 def table_schema(name: str) -> StructType:
     """The schema of one output table."""
     return StructType([StructField(c, _COLUMN_TYPES[c], True) for c in TABLE_COLUMNS[name]])
-
-
-REJECTED_EXTRA = StructField("reason", _S, False)

@@ -36,7 +36,7 @@ ROOMS = {
     "pelengine.schemas": 0,
     "pelengine.progress": 0,
     "pelengine.tabular": 0,
-    "pelengine.generate": 0,
+    "pelengine.synth": 0,
     "pelengine.model": 0,
     "pelengine": 0,
 }

@@ -80,7 +80,7 @@ def cmd_ingest_rdb(
 ) -> int:
     """Write the state of an RDB snapshot to the events table (PELENGINE.LOAD rows)."""
     from pelengine.ingest.rdb import RdbFormatError
-    from pelengine.runs.ingest_monitor import ingest_rdb
+    from pelengine.runs.ingest_rdb import ingest_rdb
 
     try:
         report = ingest_rdb(

@@ -36,7 +36,7 @@ def cmd_pel_as_of(
     spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Print the PEL at a past moment, read from ``pel_history`` (no replay)."""
-    from pelengine.read.history import describe_pel_as_of
+    from pelengine.read.pel_as_of import describe_pel_as_of
 
     print(
         describe_pel_as_of(

@@ -20,8 +20,6 @@ from types import ModuleType
 
 # the pelengine_native API this package speaks (its ``ABI``)
 NATIVE_ABI = 3
-# whether the native core reads and writes the saved state of incremental runs
-NATIVE_STATE = True
 
 
 class EngineError(RuntimeError):
@@ -62,16 +60,9 @@ def resolve_engine(choice: str, *, keep_state: bool = False) -> tuple[str, str]:
     """The engine a run uses for ``choice`` (auto, native, python: checked where the run's
     :class:`~pelengine.settings.Settings` is built), with the reason.
     ``keep_state``: an incremental run, whose replay reads and writes each family's saved
-    model (both engines do since ``NATIVE_STATE``: a state either saved loads in the other)."""
+    model (both engines do: a state either saved loads in the other)."""
     if choice == "python":
         return "python", "python chosen"
-    if keep_state and NATIVE_STATE is False:
-        if choice == "native":
-            raise EngineError(
-                "--engine native cannot run an incremental run yet: the native core does not "
-                "read or write the saved state; use --engine auto or python"
-            )
-        return "python", "auto: incremental runs keep state, which only the Python model reads"
     module = load()
     if module is not None:
         version = getattr(module, "__version__", "?")

@@ -13,7 +13,7 @@ annotation lines when ``aof-timestamp-enabled yes``; except that a file may star
 with an RDB snapshot (``REDIS``/``VALKEY``: ``aof-use-rdb-preamble yes``, the
 servers' default, writes the base file of every rewrite so, and a legacy
 ``appendonly.aof`` may carry one before its commands). The snapshot becomes the
-``PELENGINE.LOAD`` rows of the state it holds (:mod:`pelengine.ingest.snapshot`:
+``PELENGINE.LOAD`` rows of the state it holds (:mod:`pelengine.ingest.rdb.starting_state`:
 the exact starting state of every stream, times and counters included), at the
 snapshot's time (its ``ctime``), and the commands after it follow as usual.
 
@@ -73,7 +73,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pelengine.ingest.rdb import RdbFormatError, parse_rdb
-from pelengine.ingest.snapshot import load_rows, snapshot_time_ms
+from pelengine.ingest.rdb.starting_state import load_rows, snapshot_time_ms
 from pelengine.model.text import readable
 
 SOURCE = "aof"

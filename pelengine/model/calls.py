@@ -15,7 +15,7 @@ imports another that imports it back.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Protocol
 
 from pelengine.model.ids import StreamID
@@ -26,9 +26,12 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class Profile:
-    """Behaviour that differs between server versions (see docs/redis-semantics.md)."""
+    """Behaviour that differs between server versions (see docs/redis-semantics.md).
+
+    The switches are keyword-only: a profile names each one it sets."""
 
     name: str
+    _: KW_ONLY
     active_time: bool
     eager_consumers: bool
     xsetid_checks_max_deleted: bool

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import EllipsisType
 
 from pelengine.model import commands as cmd
@@ -86,11 +86,27 @@ VERSION_COLUMNS = (
 HISTORY_TABLES = ("ownership_changes", "pel_history", "delivery_segments", "group_incarnations")
 
 
+# each profile as what changes from the one before it
+_REDIS_7_0 = Profile(
+    "7.0",
+    active_time=False,
+    eager_consumers=False,
+    xsetid_checks_max_deleted=False,
+    unit_time_snapshot=False,
+    script_block=False,
+)
+_REDIS_7_2 = replace(
+    _REDIS_7_0,
+    name="7.2",
+    active_time=True,
+    eager_consumers=True,
+    xsetid_checks_max_deleted=True,
+    unit_time_snapshot=True,
+)
+_REDIS_7_4 = replace(_REDIS_7_2, name="7.4", script_block=True)
+_VALKEY_8_1 = replace(_REDIS_7_4, name="valkey-8.1", strict_lag=True)
 PROFILES: dict[str, Profile] = {
-    "7.0": Profile("7.0", False, False, False, False, script_block=False),
-    "7.2": Profile("7.2", True, True, True, True, script_block=False),
-    "7.4": Profile("7.4", True, True, True, True),
-    "valkey-8.1": Profile("valkey-8.1", True, True, True, True, strict_lag=True),
+    p.name: p for p in (_REDIS_7_0, _REDIS_7_2, _REDIS_7_4, _VALKEY_8_1)
 }
 
 

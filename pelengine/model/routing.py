@@ -107,9 +107,9 @@ def is_stream_command(name: str) -> bool:
     return name.upper() in STREAM_COMMANDS
 
 
-# Commands whose effects stay inside the one consumer group they name: a family's
-# replay can be split by group and each of these sent to its group's replay only.
-_GROUP_ONLY = frozenset({"XREADGROUP", "XACK", "XCLAIM", "XAUTOCLAIM"})
+# XGROUP subcommands whose effects stay inside the one consumer group they name (as do
+# XREADGROUP, XACK, XCLAIM and XAUTOCLAIM: ``command_group``): a family's replay can be
+# split by group and each of these sent to its group's replay only.
 _XGROUP_GROUP_ONLY = frozenset({"SETID", "CREATECONSUMER", "DELCONSUMER"})
 _XGROUP_STREAM_LEVEL = frozenset({"CREATE", "DESTROY"})
 

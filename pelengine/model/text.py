@@ -31,11 +31,6 @@ def readable(raw: bytes) -> str:
     return "".join(_ESCAPED.get(b) or chr(b) for b in raw)
 
 
-def needs_escape(text: str) -> bool:
-    """Whether a valid UTF-8 ``text`` is not its own form (it holds ``\\x``)."""
-    return "\\x" in text
-
-
 def raw_bytes(text: str) -> bytes:
     """The bytes ``text`` stands for: each ``\\xhh`` is the byte hh (the inverse of
     :func:`readable`)."""

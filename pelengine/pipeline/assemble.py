@@ -1,6 +1,7 @@
 """Stage 5: assemble. Every output table is selected from the one replay output;
-``delivery_counts`` merges the delivery segments the replay emitted; incremental runs
-carry the rows of the families they did not replay; the outcome counts of the report.
+``delivery_counts`` merges the delivery segments the replay emitted; the outcome counts
+of the report. (Incremental runs carry the rows of the families they did not replay:
+:mod:`pelengine.pipeline.carry`.)
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pelengine.model.commands import LOAD_COMMAND
-from pelengine.model.delivery import PRIOR_SEGMENT_N, SEGMENT_COLUMNS
-from pelengine.pipeline.carry import Carry
 from pelengine.pipeline.replay import replayed_table
 from pelengine.schemas import (
     TABLE_COLUMNS,
@@ -71,95 +70,6 @@ def merge_delivery_segments(
     return out.select(*TABLE_COLUMNS["delivery_counts"])
 
 
-def _prior_segments(
-    old: DataFrame, family_of: dict[tuple[int, str], str], replayed: DataFrame
-) -> DataFrame:
-    """The previous ``delivery_counts`` rows of the families this run replays, as
-    segments that come before any of this run's."""
-    rows = _family_column(old, family_of).join(replayed, ["db", "family"], "left_semi")
-    return rows.select(
-        *(c for c in SEGMENT_COLUMNS if c != "segment_n"),
-        F.lit(PRIOR_SEGMENT_N).cast("long").alias("segment_n"),
-    )
-
-
-def _rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> DataFrame:
-    """Saved state rows under the names of the families they were merged into."""
-    spark = states.sparkSession
-    moves = spark.createDataFrame(
-        [(db, old, new) for (db, old), new in renamed.items()],
-        "db int, family string, _new string",
-    )
-    return (
-        states.join(F.broadcast(moves), ["db", "family"], "left")
-        .withColumn("family", F.coalesce(F.col("_new"), F.col("family")))
-        .drop("_new")
-    )
-
-
-def _family_column(df: DataFrame, family_of: dict[tuple[int, str], str]) -> DataFrame:
-    """``df`` (with db, key) plus ``family``: its family (the key itself unless tied)."""
-    spark = df.sparkSession
-    if not family_of:
-        return df.withColumn("family", F.col("key"))
-    linked = spark.createDataFrame(
-        [(db, key, fam) for (db, key), fam in family_of.items()],
-        "db int, key string, _fam string",
-    )
-    return (
-        df.join(F.broadcast(linked), ["db", "key"], "left")
-        .withColumn("family", F.coalesce(F.col("_fam"), F.col("key")))
-        .drop("_fam")
-    )
-
-
-def _carry_tables(
-    new: dict[str, DataFrame],
-    carry: Carry,
-    family_of: dict[tuple[int, str], str],
-    replayed: DataFrame,
-    as_of_ms: int | None,
-    as_of_seq: int | None,
-) -> dict[str, DataFrame]:
-    """Each output table of an incremental run: the replayed families' new rows, and the
-    previous rows of every other family; history tables keep what earlier runs wrote
-    (up to ``high_seq``: a row past it can only be from an interrupted run, which this
-    run writes again). Every kept row gets this run's ``as_of`` (and ``idle_ms``), as a
-    full run would give it."""
-    out: dict[str, DataFrame] = {}
-    for name, fresh in new.items():
-        old = carry.previous.get(name)
-        if old is None:
-            out[name] = fresh
-            continue
-        cols = list(fresh.columns)
-        if name == "ownership_changes":
-            kept = old.filter(F.col("seq") <= carry.high_seq)
-        elif name == "pel_history":
-            tagged = _family_column(old, family_of)
-            open_here = F.col("valid_to_seq").isNull() & F.col("_hit")
-            kept = (
-                tagged.join(replayed.withColumn("_hit", F.lit(True)), ["db", "family"], "left")
-                .withColumn("_hit", F.coalesce(F.col("_hit"), F.lit(False)))
-                .filter(
-                    ~open_here
-                    & (F.col("valid_to_seq").isNull() | (F.col("valid_to_seq") <= carry.high_seq))
-                )
-            )
-        else:
-            kept = _family_column(old, family_of).join(replayed, ["db", "family"], "left_anti")
-        if "as_of_ms" in cols:
-            kept = kept.withColumn("as_of_ms", F.lit(as_of_ms).cast("long")).withColumn(
-                "as_of_seq", F.lit(as_of_seq).cast("long")
-            )
-        if "idle_ms" in cols:
-            kept = kept.withColumn(
-                "idle_ms", F.lit(as_of_ms).cast("long") - F.col("delivery_time_ms")
-            )
-        out[name] = fresh.unionByName(kept.select(*cols))
-    return out
-
-
 def starting_state(routed: DataFrame) -> list[dict[str, Any]]:
     """Where the replay's starting state came from: the snapshot rows (``PELENGINE.LOAD``,
     written by ``ingest-rdb`` or ``ingest-aof`` from an RDB) per source; empty: none, the
@@ -178,7 +88,7 @@ def starting_state(routed: DataFrame) -> list[dict[str, Any]]:
     return [row.asDict() for row in loads.collect()]
 
 
-def _count_outcomes(routed: DataFrame, replayed: DataFrame, report: dict[str, Any]) -> None:
+def count_outcomes(routed: DataFrame, replayed: DataFrame, report: dict[str, Any]) -> None:
     """Fill the report's applied / ignored / failed counts from the routed and replayed rows."""
     events = report["events"]
     by_kind: dict[str, int] = {"applied": 0, "ignored": 0, "error": 0}

@@ -1,10 +1,16 @@
-"""What an incremental run continues from (see pelengine.runs.incremental)."""
+"""What an incremental run continues from (see pelengine.runs.incremental), and how it
+carries over what it does not replay: saved states renamed into the families they were
+merged into, the previous ``delivery_counts`` rows of the replayed families as their
+first segments, every other family's rows of every table."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pelengine.model.delivery import PRIOR_SEGMENT_N, SEGMENT_COLUMNS
 
 
 @dataclass
@@ -22,3 +28,92 @@ class Carry:
     waits: list[tuple[str, int, str]]  # (client, db, family) of every blocking read so far
     select_db: int = 0  # the db of the last SELECT (for rows that carry none)
     open_units: dict[str, int | None] = field(default_factory=dict)  # 7.2+ MULTI left open
+
+
+def rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> DataFrame:
+    """Saved state rows under the names of the families they were merged into."""
+    spark = states.sparkSession
+    moves = spark.createDataFrame(
+        [(db, old, new) for (db, old), new in renamed.items()],
+        "db int, family string, _new string",
+    )
+    return (
+        states.join(F.broadcast(moves), ["db", "family"], "left")
+        .withColumn("family", F.coalesce(F.col("_new"), F.col("family")))
+        .drop("_new")
+    )
+
+
+def prior_segments(
+    old: DataFrame, family_of: dict[tuple[int, str], str], replayed: DataFrame
+) -> DataFrame:
+    """The previous ``delivery_counts`` rows of the families this run replays, as
+    segments that come before any of this run's."""
+    rows = _family_column(old, family_of).join(replayed, ["db", "family"], "left_semi")
+    return rows.select(
+        *(c for c in SEGMENT_COLUMNS if c != "segment_n"),
+        F.lit(PRIOR_SEGMENT_N).cast("long").alias("segment_n"),
+    )
+
+
+def carry_tables(
+    new: dict[str, DataFrame],
+    carry: Carry,
+    family_of: dict[tuple[int, str], str],
+    replayed: DataFrame,
+    as_of_ms: int | None,
+    as_of_seq: int | None,
+) -> dict[str, DataFrame]:
+    """Each output table of an incremental run: the replayed families' new rows, and the
+    previous rows of every other family; history tables keep what earlier runs wrote
+    (up to ``high_seq``: a row past it can only be from an interrupted run, which this
+    run writes again). Every kept row gets this run's ``as_of`` (and ``idle_ms``), as a
+    full run would give it."""
+    out: dict[str, DataFrame] = {}
+    for name, fresh in new.items():
+        old = carry.previous.get(name)
+        if old is None:
+            out[name] = fresh
+            continue
+        cols = list(fresh.columns)
+        if name == "ownership_changes":
+            kept = old.filter(F.col("seq") <= carry.high_seq)
+        elif name == "pel_history":
+            tagged = _family_column(old, family_of)
+            open_here = F.col("valid_to_seq").isNull() & F.col("_hit")
+            kept = (
+                tagged.join(replayed.withColumn("_hit", F.lit(True)), ["db", "family"], "left")
+                .withColumn("_hit", F.coalesce(F.col("_hit"), F.lit(False)))
+                .filter(
+                    ~open_here
+                    & (F.col("valid_to_seq").isNull() | (F.col("valid_to_seq") <= carry.high_seq))
+                )
+            )
+        else:
+            kept = _family_column(old, family_of).join(replayed, ["db", "family"], "left_anti")
+        if "as_of_ms" in cols:
+            kept = kept.withColumn("as_of_ms", F.lit(as_of_ms).cast("long")).withColumn(
+                "as_of_seq", F.lit(as_of_seq).cast("long")
+            )
+        if "idle_ms" in cols:
+            kept = kept.withColumn(
+                "idle_ms", F.lit(as_of_ms).cast("long") - F.col("delivery_time_ms")
+            )
+        out[name] = fresh.unionByName(kept.select(*cols))
+    return out
+
+
+def _family_column(df: DataFrame, family_of: dict[tuple[int, str], str]) -> DataFrame:
+    """``df`` (with db, key) plus ``family``: its family (the key itself unless tied)."""
+    spark = df.sparkSession
+    if not family_of:
+        return df.withColumn("family", F.col("key"))
+    linked = spark.createDataFrame(
+        [(db, key, fam) for (db, key), fam in family_of.items()],
+        "db int, key string, _fam string",
+    )
+    return (
+        df.join(F.broadcast(linked), ["db", "key"], "left")
+        .withColumn("family", F.coalesce(F.col("_fam"), F.col("key")))
+        .drop("_fam")
+    )

@@ -21,15 +21,8 @@ from pyspark.sql.types import (
 
 from pelengine.engine.native import resolve_engine
 from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
-from pelengine.pipeline.assemble import (
-    _carry_tables,
-    _count_outcomes,
-    _prior_segments,
-    _rename_families,
-    merge_delivery_segments,
-    starting_state,
-)
-from pelengine.pipeline.carry import Carry
+from pelengine.pipeline.assemble import count_outcomes, merge_delivery_segments, starting_state
+from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename_families
 from pelengine.pipeline.conform import (
     conform_events,
     cut_as_of,
@@ -40,12 +33,12 @@ from pelengine.pipeline.conform import (
     split_tagged,
     tag_rejected,
 )
-from pelengine.pipeline.replay import _seed_rows, replay_stage, replayed_table, without_state
+from pelengine.pipeline.replay import replay_stage, replayed_table, seed_rows, without_state
 from pelengine.pipeline.route import (
-    _blocks,
     blocking_waits,
     family_map,
     fan_out,
+    has_blocking_reads,
     route_events,
     split_by_group,
 )
@@ -184,9 +177,11 @@ def reconstruct(
     families = family_map(spark, valid, carry.family_of if carry else None, saved, renamed)
     if renamed and states_in is not None:
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
-        states_in = _rename_families(states_in, renamed)
+        states_in = rename_families(states_in, renamed)
     routed = _persist(route_events(spark, valid, settings, families, engine=engine), persisted)
-    if not chosen.unit_time_snapshot and (carry is not None and carry.waits or _blocks(routed)):
+    if not chosen.unit_time_snapshot and (
+        carry is not None and carry.waits or has_blocking_reads(routed)
+    ):
         # 7.0 with blocking reads: their units, for the family replays
         routed = _persist(mark_units(routed.drop(EXEC_UNIT), times=False), persisted)
     old_waits = [(c, db, renamed.get((db, f), f)) for c, db, f in (carry.waits if carry else [])]
@@ -203,7 +198,7 @@ def reconstruct(
         carried["family_of"] = families
         if carry is not None:
             assert states_in is not None
-            rows = _seed_rows(rows, states_in)
+            rows = seed_rows(rows, states_in)
         else:
             rows = without_state(rows)
     lap(
@@ -249,12 +244,12 @@ def reconstruct(
             if old_counts is not None:
                 # the replayed families' rows so far: the first segment of their entries
                 segments = segments.unionByName(
-                    _prior_segments(old_counts, families, replayed_families)
+                    prior_segments(old_counts, families, replayed_families)
                 )
             tables["delivery_counts"] = merge_delivery_segments(
                 segments, incarnations, snap_ms, snap_seq
             )
-            tables = _carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
+            tables = carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
             untouched = (
                 states_in.join(replayed_families, ["db", "family"], "left_anti")
                 .select(*state_cols)
@@ -292,7 +287,7 @@ def reconstruct(
         states=states,
         carried=carried,
     )
-    _count_outcomes(routed, replayed, report)
+    count_outcomes(routed, replayed, report)
     report["starting_state"] = starting_state(routed)
     ev = report["events"]
     lap(

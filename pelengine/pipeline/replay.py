@@ -14,7 +14,7 @@ from pyspark.sql.types import (
 )
 
 from pelengine.engine.udf import make_replay_function, make_unpacker
-from pelengine.pipeline.route import _whole_family_unit
+from pelengine.pipeline.route import whole_family_unit
 from pelengine.pipeline.units import EXEC_UNIT
 from pelengine.schemas import (
     REPLAY_PACKED_SCHEMA,
@@ -137,7 +137,7 @@ def without_state(rows: DataFrame) -> DataFrame:
     return rows.withColumn("state", F.array().cast(STATE_TRANSPORT_TYPE))
 
 
-def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
+def seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
     """``rows`` with an empty ``state`` list, plus the saved state of every family they
     reach (a list of one)."""
     rows = without_state(rows)
@@ -152,7 +152,7 @@ def _seed_rows(rows: DataFrame, states: DataFrame) -> DataFrame:
         "family",
         F.lit(False).alias("marker"),
         F.lit(None).cast(LongType()).alias(EXEC_UNIT),
-        *_whole_family_unit(),
+        *whole_family_unit(),
         F.array(F.struct("state_version", "state", "agg_n", "agg_x"))
         .cast(STATE_TRANSPORT_TYPE)
         .alias("state"),

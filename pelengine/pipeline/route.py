@@ -120,7 +120,7 @@ def route_events(
     return valid.mapInArrow(make_router(settings, families, engine=engine), out_schema)
 
 
-def _blocks(routed: DataFrame) -> bool:
+def has_blocking_reads(routed: DataFrame) -> bool:
     """Whether ``routed`` holds a blocking XREADGROUP."""
     return bool(_blocking_reads(routed).limit(1).count())
 
@@ -238,7 +238,7 @@ def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -
     return per_family.unionByName(flush_rows)
 
 
-def _whole_family_unit() -> list[Any]:
+def whole_family_unit() -> list[Any]:
     """The unit columns of a row replayed with its whole family (no split by group)."""
     return [
         F.lit(None).cast(StringType()).alias("unit"),
@@ -276,7 +276,7 @@ def split_by_group(
     """
     stats = {"min_groups": min_groups, "max_units": max_units, "families_split": 0, "units": 0}
     spark = rows.sparkSession
-    whole = rows.select(*ROW_COLUMNS, *_whole_family_unit())
+    whole = rows.select(*ROW_COLUMNS, *whole_family_unit())
     if min_groups <= 0 or max_units < 2:
         return whole, stats, {}
     named = (

@@ -1,57 +1,23 @@
-"""Write a synthetic workload (:mod:`pelengine.generate`) as an events Delta table.
+"""Write a synthetic workload (:mod:`pelengine.synth`) as an events Delta table.
 
-Rows are packed into Arrow record batches by columns, then handed to Spark as one
-Arrow table: no per-row Python objects cross into the JVM.
+Rows are packed into Arrow record batches by columns
+(:func:`pelengine.runs.events.rows_to_batches`), then handed to Spark as one Arrow
+table: no per-row Python objects cross into the JVM.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from pelengine.generate import generate_events
+from pelengine.progress import quiet
+from pelengine.runs.events import CHUNK_ROWS, EVENTS_ARROW_SCHEMA, rows_to_batches
+from pelengine.synth import generate_events
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-EVENTS_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("seq", pa.int64()),
-        pa.field("ts_ms", pa.int64()),
-        pa.field("argv", pa.list_(pa.string())),
-        pa.field("db", pa.int32()),
-        pa.field("client", pa.string()),
-        pa.field("source", pa.string()),
-    ]
-)
-CHUNK_ROWS = 100_000
-
-
-def quiet(_: str) -> None:
-    return None
-
-
-def rows_to_batches(
-    rows: Iterable[dict[str, Any]], chunk_rows: int = CHUNK_ROWS
-) -> Iterable[pa.RecordBatch]:
-    """Pack event rows (dicts) into Arrow record batches of at most `chunk_rows` rows."""
-    names = EVENTS_ARROW_SCHEMA.names
-    cols: dict[str, list[Any]] = {n: [] for n in names}
-    appenders = [(n, cols[n].append) for n in names]
-    size = 0
-    for row in rows:
-        for name, append in appenders:
-            append(row.get(name))
-        size += 1
-        if size >= chunk_rows:
-            yield pa.RecordBatch.from_pydict(cols, schema=EVENTS_ARROW_SCHEMA)
-            for n in names:
-                cols[n].clear()
-            size = 0
-    if size:
-        yield pa.RecordBatch.from_pydict(cols, schema=EVENTS_ARROW_SCHEMA)
 
 
 def generated_arrow_table(

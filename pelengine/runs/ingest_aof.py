@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from pelengine.ingest.aof import AofState, read_aof
-from pelengine.runs.generate import EVENTS_ARROW_SCHEMA, rows_to_batches
+from pelengine.progress import quiet
+from pelengine.runs.events import EVENTS_ARROW_SCHEMA, rows_to_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,10 +45,6 @@ STATE_ARROW_SCHEMA = pa.schema(
         pa.field("notes", pa.string()),
     ]
 )
-
-
-def quiet(_: str) -> None:
-    return None
 
 
 def default_state_path(events_path: str) -> str:

@@ -1,7 +1,7 @@
 """Write a MONITOR capture (:mod:`pelengine.ingest.monitor`) as rows of the events Delta table.
 
-The rows are packed into Arrow batches the same way as the generator's
-(:func:`pelengine.runs.generate.rows_to_batches`) and handed to Spark as one
+The rows are packed into Arrow batches the same way as every run that writes events
+(:func:`pelengine.runs.events.rows_to_batches`) and handed to Spark as one
 Arrow table. Appending to an existing table continues ``seq`` after its largest
 ``seq``, so several captures taken one after the other form one command order.
 """
@@ -16,14 +16,11 @@ import pyarrow as pa
 
 from pelengine.ingest.monitor import ParseStats, iter_rows, open_capture
 from pelengine.ingest.pin import PinStats
-from pelengine.runs.generate import CHUNK_ROWS, EVENTS_ARROW_SCHEMA, rows_to_batches
+from pelengine.progress import quiet
+from pelengine.runs.events import CHUNK_ROWS, EVENTS_ARROW_SCHEMA, next_seq, rows_to_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-def quiet(_: str) -> None:
-    return None
 
 
 @dataclass
@@ -36,18 +33,6 @@ class IngestResult:
     appended: bool
     stats: ParseStats
     pins: PinStats | None = None  # with ids_from_aof
-
-
-def next_seq(spark: SparkSession, events_path: str) -> int | None:
-    """One past the largest ``seq`` of the events table; None when there is no table."""
-    from pyspark.sql import functions as F
-
-    from pelengine.storage import read_table, table_exists
-
-    if not table_exists(spark, events_path):
-        return None
-    top = read_table(spark, events_path).agg(F.max("seq").alias("m")).collect()[0]["m"]
-    return 1 if top is None else int(top) + 1
 
 
 def capture_arrow_table(
@@ -141,47 +126,3 @@ def ingest_monitor(
         stats=stats,
         pins=pins,
     )
-
-
-def ingest_rdb(
-    spark: SparkSession,
-    rdb_path: str,
-    events_path: str,
-    *,
-    overwrite: bool = False,
-    progress: Callable[[str], None] = quiet,
-) -> dict[str, Any]:
-    """Write the state an RDB snapshot holds to the events table as ``PELENGINE.LOAD``
-    rows (:mod:`pelengine.ingest.snapshot`): the starting state of a replay, followed
-    by whatever is appended after it (a MONITOR capture or an application log recorded
-    after the snapshot). Read and checked whole before anything is written: a corrupt
-    or truncated file raises :class:`pelengine.ingest.rdb.RdbFormatError`."""
-    from pelengine.ingest.rdb import read_rdb
-    from pelengine.ingest.snapshot import load_rows, snapshot_time_ms
-    from pelengine.schemas import EVENTS_SCHEMA
-    from pelengine.storage import write_table
-
-    progress(f"reading {rdb_path}")
-    rdb = read_rdb(rdb_path, keep_values=False)
-    start = None if overwrite else next_seq(spark, events_path)
-    rows = load_rows(rdb, first_seq=start or 1)
-    streams = list(rdb.streams.values())
-    report = {
-        "source": rdb_path,
-        "events": events_path,
-        "header": f"{rdb.magic}{rdb.version}",
-        "snapshot_time_ms": snapshot_time_ms(rdb),
-        "keys": len(rdb.keys),
-        "streams": len(streams),
-        "groups": sum(len(s.groups) for s in streams),
-        "pending": sum(len(g.pel) for s in streams for g in s.groups),
-        "rows": len(rows),
-        "first_seq": rows[0]["seq"],
-        "last_seq": rows[-1]["seq"],
-        "appended": start is not None,
-    }
-    progress(f"writing {len(rows):,} load rows to {events_path}")
-    table = pa.Table.from_batches(list(rows_to_batches(iter(rows))), schema=EVENTS_ARROW_SCHEMA)
-    df = spark.createDataFrame(table, schema=EVENTS_SCHEMA)
-    write_table(df, events_path, mode="append" if start is not None else "overwrite")
-    return report

@@ -42,7 +42,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine import cli, storage
-from pelengine.generate import generate_events
 from pelengine.progress import quiet
 from pelengine.read.report import REPORT_TABLES
 from pelengine.runs.full import run_reconstruct
@@ -57,6 +56,7 @@ from pelengine.storage.jars import (
     LOCAL_DELTA_CONF,
     find_delta_jars,
 )
+from pelengine.synth import generate_events
 
 # the tests with a Spark session or a Connect server are marked spark one by one: the
 # rest decide on facts handed to them, with no session

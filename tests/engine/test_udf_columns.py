@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from pelengine.engine import udf
-from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.schemas import REPLAY_INPUT_SCHEMA, REPLAY_PACKED_SCHEMA, REPLAY_TABLE_SCHEMAS
 from pelengine.settings import Settings
+from pelengine.synth import generate_events
 
 AS_OF_MS, AS_OF_SEQ = 1_800_000_000_000, 10**9
 INPUT = udf._arrow_schema(REPLAY_INPUT_SCHEMA)

@@ -1,4 +1,4 @@
-"""The RDB reader (pelengine/ingest/rdb.py) on hand-built files: every length and string
+"""The RDB reader (pelengine/ingest/rdb/) on hand-built files: every length and string
 form, listpack element encodings, streams with groups, every other value type skipped
 by its encoding, and clear errors for truncated or corrupt files. No server needed
 (tests/redis_diff/test_rdb_live.py compares with real servers)."""
@@ -13,6 +13,7 @@ import pytest
 
 from pelengine.ingest import rdb
 from pelengine.ingest.rdb import (
+    LzfError,
     RdbChecksumError,
     RdbFormatError,
     crc64,
@@ -23,6 +24,7 @@ from pelengine.ingest.rdb import (
     parse_rdb,
     read_rdb,
 )
+from pelengine.ingest.rdb import crc as crc_module
 from pelengine.model.ids import StreamID
 
 # --------------------------------------------------------------------------- an encoder
@@ -225,13 +227,13 @@ def test_crc64_matches_redis_check_value() -> None:
 
 
 def test_crc64_numpy_lanes_equal_the_byte_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rdb, "_CRC_LANES", 64)
-    monkeypatch.setattr(rdb, "_CRC_LANE_BYTES", 128)
-    monkeypatch.setattr(rdb, "_CRC_NUMPY_MIN", 1000)
+    monkeypatch.setattr(crc_module, "_CRC_LANES", 64)
+    monkeypatch.setattr(crc_module, "_CRC_LANE_BYTES", 128)
+    monkeypatch.setattr(crc_module, "_CRC_NUMPY_MIN", 1000)
     data = random.Random(3).randbytes(64 * 128 * 3 + 777)
-    assert crc64(data) == rdb._crc_bytes(0, data)
-    assert crc64(data, end=20000) == rdb._crc_bytes(0, data[:20000])
-    assert crc64(data, crc=12345) == rdb._crc_bytes(12345, data)
+    assert crc64(data) == crc_module._crc_bytes(0, data)
+    assert crc64(data, end=20000) == crc_module._crc_bytes(0, data[:20000])
+    assert crc64(data, crc=12345) == crc_module._crc_bytes(12345, data)
 
 
 def test_lzf_literals_and_overlapping_back_reference() -> None:
@@ -241,11 +243,11 @@ def test_lzf_literals_and_overlapping_back_reference() -> None:
     assert lzf_decompress(b"\x02abc\xe0\x00\x02", 12) == b"abcabcabcabc"
     # short form: 3 + 2 = 5 bytes from 5 back
     assert lzf_decompress(b"\x04hello\x60\x04", 10) == b"hellohello"
-    with pytest.raises(rdb._LzfError, match="before the start"):
+    with pytest.raises(LzfError, match="before the start"):
         lzf_decompress(b"\x00a\x20\x05", 4)
-    with pytest.raises(rdb._LzfError, match="not the declared"):
+    with pytest.raises(LzfError, match="not the declared"):
         lzf_decompress(lzf_literals(b"abc"), 4)
-    with pytest.raises(rdb._LzfError, match="passes the end"):
+    with pytest.raises(LzfError, match="passes the end"):
         lzf_decompress(b"\x05ab", 6)
 
 

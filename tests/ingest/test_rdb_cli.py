@@ -13,7 +13,7 @@ import pytest
 
 from pelengine import cli
 from pelengine.ingest.rdb import parse_rdb
-from pelengine.ingest.snapshot import load_rows
+from pelengine.ingest.rdb.starting_state import load_rows
 from pelengine.model.commands import LOAD_COMMAND
 from tests.ingest.test_rdb import one_stream_file
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.model.persist import dump, load
+from pelengine.synth import generate_events
 from tests.model._support import S, check_outcomes, run
 
 Row = dict[str, Any]

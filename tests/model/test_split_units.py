@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.model.routing import command_group
+from pelengine.synth import generate_events
 
 Row = dict[str, Any]
 

@@ -21,12 +21,12 @@ import pyarrow as pa
 import pytest
 
 from pelengine.engine import udf
-from pelengine.generate import generate_events
 from pelengine.model.replay import CHANGE_COLUMNS, VERSION_COLUMNS, Replayer
 from pelengine.model.routing import command_group
 from pelengine.model.snapshot import snapshot_columns
 from pelengine.schemas import REPLAY_INPUT_SCHEMA, REPLAY_TABLE_SCHEMAS
 from pelengine.settings import Settings
+from pelengine.synth import generate_events
 
 Row = dict[str, Any]
 

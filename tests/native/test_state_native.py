@@ -4,7 +4,7 @@ The replay UDF (``make_replay_function`` with ``Settings(incremental=True)``) is
 in-process on each engine, as a Spark worker calls it, with the generated workload routed
 as the job routes it (``benchmarks/replay_udf.py``). A second night gets each family's
 saved model as the ``state`` column of a seed row that sorts first (``seq`` its
-``applied_seq``, no ``argv``: as ``pipeline/replay.py``'s ``_seed_rows`` builds it).
+``applied_seq``, no ``argv``: as ``pipeline/replay.py``'s ``seed_rows`` builds it).
 
 * one whole replay: every table equal on both engines, the ``state`` row included;
 * a log cut at a seq, night 1 on engine A, night 2 on engine B (all four pairs): the
@@ -75,7 +75,7 @@ def batches(rows: list[Row], size: int = 700) -> list[pa.RecordBatch]:
 
 
 def seed_row(key: Key, state: Row) -> Row:
-    """A family's saved model as its seed row (``_seed_rows``)."""
+    """A family's saved model as its seed row (``seed_rows``)."""
     db, family = key
     return {
         "seq": state["applied_seq"],

@@ -1,6 +1,6 @@
 """The replay UDF's two engines give the same output tables, in-process (no Spark).
 
-The generated workload (``pelengine.generate``, with faults: invalid commands, bad IDs,
+The generated workload (``pelengine.synth``, with faults: invalid commands, bad IDs,
 other types, transactions...) is routed the way the job routes it (``make_router``;
 RENAME and multi-stream XREADGROUP tie keys into families, FLUSHDB/FLUSHALL reach every
 family as fan-out rows) by ``benchmarks/replay_udf.py``, and every family's batches go

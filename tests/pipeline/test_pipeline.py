@@ -19,7 +19,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine.engine.udf import SeqOrderError, make_replay_function
-from pelengine.generate import generate_events
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.pipeline import conform
 from pelengine.pipeline.reconstruct import reconstruct
@@ -38,6 +37,7 @@ from pelengine.schemas import (
     table_schema,
 )
 from pelengine.settings import Settings
+from pelengine.synth import generate_events
 
 pytestmark = pytest.mark.spark
 

@@ -16,12 +16,12 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from pelengine import cli, storage
-from pelengine.generate import generate_events
 from pelengine.pipeline.reconstruct import reconstruct
-from pelengine.read.history import pel_as_of
+from pelengine.read.pel_as_of import pel_as_of
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA, TABLE_COLUMNS
 from pelengine.settings import Settings
+from pelengine.synth import generate_events
 
 pytestmark = pytest.mark.spark
 

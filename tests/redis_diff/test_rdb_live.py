@@ -1,4 +1,4 @@
-"""The RDB reader (pelengine/ingest/rdb.py) against real servers: what it reads from a
+"""The RDB reader (pelengine/ingest/rdb/) against real servers: what it reads from a
 server's own snapshot must equal what that server reports, on every kind of server
 (Redis 7.0 writes REDIS0010 with stream type 19; Valkey 8.1 REDIS0011 and Valkey 9.1
 VALKEY080, both with type 21).

@@ -1,7 +1,7 @@
 """An RDB snapshot as a starting state, live on every server.
 
 1. A random dataset (tests/redis_diff/test_rdb_live.py) is saved (``SAVE``); the
-   ``PELENGINE.LOAD`` rows of its ``dump.rdb`` (``pelengine.ingest.snapshot``),
+   ``PELENGINE.LOAD`` rows of its ``dump.rdb`` (``pelengine.ingest.rdb.starting_state``),
    replayed with the server's profile, must equal what the server reports: every
    stream, group, consumer (seen and active times included) and pending entry.
 2. A seeded random workload then continues on the same server, recorded: the
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pelengine.ingest.rdb import read_rdb
-from pelengine.ingest.snapshot import load_rows
+from pelengine.ingest.rdb.starting_state import load_rows
 from tests.native.twin import twin_snapshot_tables as snapshot_tables
 from tests.redis_diff.capture import SeqCounter
 from tests.redis_diff.compare import compare_tables, format_mismatches

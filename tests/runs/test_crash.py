@@ -28,11 +28,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pelengine import storage
-from pelengine.generate import generate_events
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.settings import Settings
 from pelengine.storage import write_table
+from pelengine.synth import generate_events
 from tests.runs.test_incremental import TABLES, _with_blocking, assert_tables_equal
 
 # on both stores: make test runs it on delta-spark, then on the embedded store

@@ -1,6 +1,6 @@
 """Incremental nightly runs equal one full run; re-runs are no-ops; late rows are found.
 
-A random log (``pelengine.generate``: blocking reads, RENAMEs, SETIDs, faults) is
+A random log (``pelengine.synth``: blocking reads, RENAMEs, SETIDs, faults) is
 split into 1-6 nightly batches at random points, always including a point right
 after a read that left its client blocked and one right after an
 ``XGROUP SETID``. Each batch is appended to the events table and
@@ -22,7 +22,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
 from pelengine.engine.udf import _arrow_schema, dump_state, load_state, saved_states
-from pelengine.generate import generate_events
 from pelengine.model import Replayer
 from pelengine.model.persist import StateVersionError, dump
 from pelengine.runs.full import run_reconstruct
@@ -36,6 +35,7 @@ from pelengine.schemas import (
 )
 from pelengine.settings import Settings
 from pelengine.storage import read_table, table_version, write_table
+from pelengine.synth import generate_events
 
 pytestmark = pytest.mark.spark
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from pelengine.generate import generate_events
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.settings import Settings
 from pelengine.storage import table_version, write_table
+from pelengine.synth import generate_events
 from tests.runs.test_incremental import assert_tables_equal
 
 # on both stores: make test runs it on delta-spark, then on the embedded store

@@ -14,10 +14,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pelengine import storage
-from pelengine.generate import generate_events
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.storage import RunInProgressError
+from pelengine.synth import generate_events
 from tests.runs.test_whole_runs import _seen
 
 pytestmark = [pytest.mark.spark, pytest.mark.stores]  # both stores (make test)

@@ -20,12 +20,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pelengine import storage
-from pelengine.generate import generate_events
 from pelengine.read.pending import read_snapshot
 from pelengine.read.query import run_query
 from pelengine.runs.full import run_reconstruct
 from pelengine.runs.output import write_outputs
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+from pelengine.synth import generate_events
 
 # on both stores: make test runs it on delta-spark, then on the embedded store
 pytestmark = [pytest.mark.spark, pytest.mark.stores]

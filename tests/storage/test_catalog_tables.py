@@ -324,8 +324,8 @@ def test_two_writers_of_a_table_by_name_get_one_sentence(
     records no run."""
     from pyspark.sql import functions as F
 
-    from pelengine.generate import generate_events
     from pelengine.schemas import EVENTS_SCHEMA, table_schema
+    from pelengine.synth import generate_events
 
     events = str(tmp_path / "events")
     rows = list(generate_events(120, 2, seed=3, faults=False))
@@ -477,8 +477,8 @@ def _rows(spark: Any, path: Path, version: int | None = None) -> list[tuple[Any,
 @pytest.mark.spark
 @pytest.mark.delta_spark
 def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
-    from pelengine.generate import generate_events
     from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+    from pelengine.synth import generate_events
 
     tables = (*OUTPUT_TABLES, "rejected_events")
     rows = list(generate_events(300, 3, seed=11))

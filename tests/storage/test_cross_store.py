@@ -21,9 +21,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pelengine import storage
-from pelengine.generate import generate_events
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
+from pelengine.synth import generate_events
 from tests.runs.test_incremental import assert_tables_equal
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]

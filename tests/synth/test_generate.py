@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pelengine.generate import (
+from pelengine.synth import (
     SOURCE,
     SOURCE_BAD,
     SOURCE_DUP,
@@ -189,7 +189,8 @@ def test_keys_spread_over_dbs(rows: list[dict[str, Any]]) -> None:
 
 
 def test_arrow_batches_keep_rows_and_nulls() -> None:
-    from pelengine.runs.generate import EVENTS_ARROW_SCHEMA, generated_arrow_table
+    from pelengine.runs.events import EVENTS_ARROW_SCHEMA
+    from pelengine.runs.generate import generated_arrow_table
 
     table = generated_arrow_table(1500, 5, seed=3, chunk_rows=400)
     assert table.schema == EVENTS_ARROW_SCHEMA
@@ -213,11 +214,11 @@ def test_generated_dataframe_has_events_schema(spark: Any) -> None:
 def test_simulated_pel_agrees_with_the_model(profile: str) -> None:
     """The generator's light simulation and the Redis model end with the same PEL
     (owner and delivery time of every pending entry), and only `gen:invalid` rows fail."""
-    from pelengine.generate import _Workload
     from pelengine.model import Replayer, snapshot_tables
+    from pelengine.synth import Workload
 
     n = 3000
-    w = _Workload(n, 8, seed=11, start_ms=1_700_000_000_000, faults=True)
+    w = Workload(n, 8, seed=11, start_ms=1_700_000_000_000, faults=True)
     while w.emitted < n:
         w.run(1)
     rows, seen = w.out[:n], set()

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pelengine.ingest.rdb import RdbFile, RdbStream
+from pelengine.ingest.rdb.results import RdbFile, RdbStream
 from pelengine.model.commands import LOAD_COMMAND
 from pelengine.model.ids import ZERO_ID, StreamID
 from pelengine.model.text import readable

@@ -1,359 +1,56 @@
-"""Read a Redis or Valkey RDB snapshot: every stream with its consumer groups in full,
-and the name, type and expiry of every other key.
-
-Pure Python, no pyspark (numpy only to checksum large files faster). The files
-read are a ``dump.rdb`` (``SAVE``/``BGSAVE``) and the RDB base file of an AOF
-directory (``appendonly.aof.N.base.rdb``, written when ``aof-use-rdb-preamble
-yes``, the default). What the servers of this project write:
-
-============  ==========  =============================  ======================
-server        header      stream type                    consumers' times
-============  ==========  =============================  ======================
-Redis 7.0     REDIS0010   19 (STREAM_LISTPACKS_2)        seen time only
-Valkey 8.1    REDIS0011   21 (STREAM_LISTPACKS_3)        seen and active time
-Valkey 9.1    VALKEY080   21 (STREAM_LISTPACKS_3)        seen and active time
-============  ==========  =============================  ======================
-
-(Redis 7.2 writes ``REDIS0011`` and Redis 7.4 ``REDIS0012``, both with type 21;
-type 15, the stream of Redis 5 and 6, is read too.)
-
-The format, as this module reads it
------------------------------------
-
-*Header*: 9 ASCII bytes, ``REDIS`` and a 4-digit version, or (Valkey 9 and later)
-``VALKEY`` and a 3-digit version (80 for Valkey 9.0/9.1). Type codes 22 and up mean
-different things after the two magics: after ``REDIS`` they are Redis 7.4's hashes
-with field expiry (22 to 25), after ``VALKEY`` 22 is Valkey 9's hash with field
-expiry. Everything else is shared.
-
-*Body*: a sequence of one-byte opcodes, each followed by its operands, until the
-``EOF`` opcode (255):
-
-* ``AUX`` (250): two strings, a name and a value (``redis-ver``, ``ctime``, ...);
-* ``SELECTDB`` (254): a length, the db of the keys that follow;
-* ``RESIZEDB`` (251): two lengths, size hints of the db's keys and expires;
-* ``SLOT_INFO`` (244, cluster mode): three lengths (slot, keys, expires);
-* ``EXPIRETIME_MS`` (252): 8 bytes, little-endian signed ms, for the next key;
-  ``EXPIRETIME`` (253): the same in 4-byte seconds (very old files);
-* ``IDLE`` (248): a length, the next key's LRU idle seconds; ``FREQ`` (249): one
-  byte, its LFU counter;
-* ``FUNCTION2`` (245): one string, the source of a function library;
-* ``MODULE_AUX`` (247): a module's data outside the keyspace: module id, a "when"
-  given as opcode 2 and a length, then self-describing items (opcode 1/2: a
-  length, 3: a 4-byte float, 4: an 8-byte double, 5: a string) until opcode 0;
-* a *value type* (0 to 25, below): a key (a string) and its value.
-
-Not read (an error naming them): 246, the function format of Redis 7.0's release
-candidates; Valkey's 243 (a cluster node's slot imports in progress) and 242
-(replication only); type codes past these (Redis 8's, Valkey 9.2's 23).
-
-After ``EOF`` (from version 5 on) come 8 bytes: the CRC-64 (Jones polynomial,
-reflected, initial value 0) of every byte before them, little-endian; zero when
-the server was configured with ``rdbchecksum no``. Nothing after them is read
-(``RdbFile.end_offset`` says where they end).
-
-*Lengths*: the top two bits of the first byte choose the form: ``00`` the other 6
-bits; ``01`` 14 bits (those 6 bits, then the next byte); ``10`` with the rest of the
-byte 0 or 1: a 32-bit or 64-bit big-endian number follows; ``11``: not a length,
-the rest of the byte says how the *string* that this byte starts is encoded.
-
-*Strings*: a length then that many bytes; or (``11`` form) an integer stored in 1, 2
-or 4 little-endian signed bytes (the string is its decimal text); or LZF: the
-compressed length, the uncompressed length, then the compressed bytes. (LZF: a
-control byte below 32 copies the next control+1 bytes; otherwise its top 3 bits
-(7 meaning "add the next byte") plus 2 are a length to copy from earlier output,
-at a distance given by its low 5 bits, the next byte, plus 1.)
-
-*Values* (the kinds each type code holds; every one is walked by its encoding):
-
-* 0 string: one string;
-* lists: 1 (strings), 10 (one ziplist), 14 (quicklist: ziplists), 18 (quicklist 2:
-  per node a container length, 1 plain element or 2 a listpack, and a string);
-* sets: 2 (strings), 11 (intset), 20 (listpack);
-* sorted sets: 3 (member, score as text with a one-byte length; 253/254/255 are
-  nan/+inf/-inf), 5 (member, 8-byte binary double), 12 (ziplist), 17 (listpack);
-* hashes: 4 (field, value pairs), 9 (zipmap), 13 (ziplist), 16 (listpack); Redis
-  7.4: 24 (8-byte minimum expiry, then per field a TTL length relative to it, field,
-  value), 22 (no minimum, absolute TTLs: the release-candidate form), 25 (8-byte
-  minimum expiry and a listpack of field, value, TTL), 23 (that listpack alone);
-  Valkey 9: 22 (per field: field, value, 8-byte expiry ms, -1 for none);
-* 6 and 7, module values: refused (:class:`RdbFormatError` naming the module).
-
-These values are walked, not decoded: each string is stepped over (an LZF one by
-its compressed length, unexpanded), the header and end byte of an uncompressed
-ziplist, listpack or intset are checked and its element count read (an empty
-container is dropped, as the server drops it when it loads), and the checksum
-vouches for the rest.
-
-*Streams* (15, 19, 21): the number of nodes; per node its master ID (a 16-byte
-string: ms and seq, big-endian) and a listpack; then the length (live entries),
-the last ID (two lengths); 19 and 21 add the first ID, the max deleted entry ID
-and entries-added (five lengths); then the groups: per group its name, last
-delivered ID (two lengths), 19 and 21 add entries-read (a length, 2^64-1 meaning
-unknown); the group PEL: a count, per entry a raw 16-byte ID, the delivery time
-(8 bytes, little-endian ms) and the delivery count (a length); the consumers: a
-count, per consumer its name, seen time (8 bytes), 21 adds the active time (8
-bytes, -1 if never active), and its PEL: a count and raw 16-byte IDs, each of
-which must be in the group PEL.
-
-*Listpacks*: 4 bytes total size, 2 bytes element count (65535: unknown), the
-elements, and a 0xFF terminator. An element is an encoding byte (``0xxxxxxx`` a
-7-bit unsigned integer; ``10xxxxxx`` a string of up to 63 bytes; ``110xxxxx`` and
-one byte a 13-bit signed integer; ``1110xxxx`` and one byte a string of up to 4095
-bytes; 0xF0 and a 4-byte length a longer string; 0xF1/F2/F3/F4 a 16/24/32/64-bit
-little-endian signed integer), its data, then its own size (encoding and data) in
-1 to 5 bytes of 7 bits, read from the right, for walking backwards.
-
-*A stream node's listpack*: the master entry (live count, deleted count, the
-number of master fields, those field names, a 0), then per entry (deleted ones
-included): flags (1 deleted, 2 same fields as the master entry), the ID's ms and
-seq as differences from the master ID, then either the values of the master
-fields, or a field count and field/value pairs; and last the number of elements
-the entry used (for walking backwards), checked here.
-
-Names and values
-----------------
-
-Keys, group names and consumer names are ``str``: UTF-8 decoded with
-``errors="surrogateescape"``. A valid UTF-8 name reads as itself; each byte of an
-invalid sequence becomes a lone surrogate (U+DC80 to U+DCFF), so
-``name.encode("utf-8", "surrogateescape")`` gives back the exact bytes (the
-convention of :mod:`pelengine.model.listpack`). Stream field names and values,
-aux values and function sources stay ``bytes`` (an integer-encoded element is its
-decimal text, as the server replies it).
-
-Errors: a truncated file, a corrupt byte, an opcode or type this reader does not
-know (or a module value, which cannot be read without its module) raise
-:class:`RdbFormatError` naming the file and the byte offset; a checksum that does
-not match raises :class:`RdbChecksumError`. Nothing is guessed.
-"""
+"""The reader: walks an RDB file opcode by opcode (the package docstring describes the
+format) and gives an :class:`~pelengine.ingest.rdb.results.RdbFile`."""
 
 from __future__ import annotations
 
 import mmap
 import os
 import struct
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
+from pelengine.ingest.rdb.crc import crc64
+from pelengine.ingest.rdb.format import (
+    BE_ID,
+    COMMON_TYPES,
+    I32,
+    I64,
+    INVALID_ENTRIES_READ,
+    OP_AUX,
+    OP_EOF,
+    OP_EXPIRETIME,
+    OP_EXPIRETIME_MS,
+    OP_FREQ,
+    OP_FUNCTION2,
+    OP_IDLE,
+    OP_MODULE_AUX,
+    OP_RESIZEDB,
+    OP_SELECTDB,
+    OP_SLOT_INFO,
+    OPCODE_NAMES,
+    REDIS_TYPES,
+    STREAM_FLAG_DELETED,
+    STREAM_FLAG_SAMEFIELDS,
+    U32,
+    U64,
+    VALKEY_TYPES,
+    module_name,
+)
+from pelengine.ingest.rdb.listpack import decode_listpack
+from pelengine.ingest.rdb.lzf import LzfError, lzf_decompress
+from pelengine.ingest.rdb.results import (
+    RdbChecksumError,
+    RdbConsumer,
+    RdbEntry,
+    RdbFile,
+    RdbFormatError,
+    RdbGroup,
+    RdbKey,
+    RdbNode,
+    RdbPendingEntry,
+    RdbStream,
+    decode_name,
+)
 from pelengine.model.ids import StreamID
-
-U64 = (1 << 64) - 1
-INVALID_ENTRIES_READ = U64  # a group's entries-read the server does not know (-1)
-
-# opcodes
-OP_SLOT_IMPORT = 243  # Valkey 9 cluster: slot import state (not read)
-OP_SLOT_INFO = 244
-OP_FUNCTION2 = 245
-OP_FUNCTION_PRE_GA = 246
-OP_MODULE_AUX = 247
-OP_IDLE = 248
-OP_FREQ = 249
-OP_AUX = 250
-OP_RESIZEDB = 251
-OP_EXPIRETIME_MS = 252
-OP_EXPIRETIME = 253
-OP_SELECTDB = 254
-OP_EOF = 255
-
-OPCODE_NAMES = {
-    242: "UPDATE (Valkey forkless save)",
-    OP_SLOT_IMPORT: "SLOT_IMPORT (Valkey cluster slot migration)",
-    OP_FUNCTION_PRE_GA: "FUNCTION (Redis 7.0 release candidates)",
-}
-
-# value types shared by every server: code -> (TYPE reply, RDB type name)
-COMMON_TYPES: dict[int, tuple[str, str]] = {
-    0: ("string", "STRING"),
-    1: ("list", "LIST"),
-    2: ("set", "SET"),
-    3: ("zset", "ZSET"),
-    4: ("hash", "HASH"),
-    5: ("zset", "ZSET_2"),
-    6: ("module", "MODULE_PRE_GA"),
-    7: ("module", "MODULE_2"),
-    9: ("hash", "HASH_ZIPMAP"),
-    10: ("list", "LIST_ZIPLIST"),
-    11: ("set", "SET_INTSET"),
-    12: ("zset", "ZSET_ZIPLIST"),
-    13: ("hash", "HASH_ZIPLIST"),
-    14: ("list", "LIST_QUICKLIST"),
-    15: ("stream", "STREAM_LISTPACKS"),
-    16: ("hash", "HASH_LISTPACK"),
-    17: ("zset", "ZSET_LISTPACK"),
-    18: ("list", "LIST_QUICKLIST_2"),
-    19: ("stream", "STREAM_LISTPACKS_2"),
-    20: ("set", "SET_LISTPACK"),
-    21: ("stream", "STREAM_LISTPACKS_3"),
-}
-# after the REDIS magic (Redis 7.4, RDB 12): hashes with field expiry
-REDIS_TYPES: dict[int, tuple[str, str]] = {
-    **COMMON_TYPES,
-    22: ("hash", "HASH_METADATA_PRE_GA"),
-    23: ("hash", "HASH_LISTPACK_EX_PRE_GA"),
-    24: ("hash", "HASH_METADATA"),
-    25: ("hash", "HASH_LISTPACK_EX"),
-}
-# after the VALKEY magic (Valkey 9, RDB 80)
-VALKEY_TYPES: dict[int, tuple[str, str]] = {**COMMON_TYPES, 22: ("hash", "HASH_2")}
-
-STREAM_FLAG_DELETED = 1
-STREAM_FLAG_SAMEFIELDS = 2
-MODULE_NAME_CHARSET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-
-_I64 = struct.Struct("<q")
-_I32 = struct.Struct("<i")
-_U32 = struct.Struct("<I")
-_BE_ID = struct.Struct(">QQ")
-
-
-class RdbFormatError(ValueError):
-    """The file is not a readable RDB snapshot (the message names the file and offset)."""
-
-
-class RdbChecksumError(RdbFormatError):
-    """The CRC-64 stored after EOF does not match the file's bytes."""
-
-
-# --------------------------------------------------------------------------- results
-
-
-class RdbEntry(NamedTuple):
-    """One entry of a stream's listpacks (a deleted one too: XDEL only flags it).
-
-    (A named tuple, as :class:`RdbPendingEntry`: a stream can hold millions.)
-    """
-
-    id: StreamID
-    deleted: bool
-    fields: tuple[tuple[bytes, bytes], ...] = ()  # (field, value); () if values not kept
-
-
-@dataclass
-class RdbNode:
-    """One listpack of a stream (a node of its radix tree)."""
-
-    master_id: StreamID
-    master_fields: tuple[bytes, ...]
-    live: int  # the master entry's counts
-    deleted: int
-    lp_bytes: int  # the listpack's size (stream-node-max-bytes applies to it)
-    entries: list[RdbEntry]
-
-
-class RdbPendingEntry(NamedTuple):
-    """One entry of a group's PEL, with the consumer whose PEL holds it."""
-
-    id: StreamID
-    consumer: str
-    delivery_time_ms: int
-    delivery_count: int
-
-
-@dataclass
-class RdbConsumer:
-    name: str
-    seen_time_ms: int
-    # None where the format has no active time (types 15 and 19) or the server
-    # stored -1 (never active)
-    active_time_ms: int | None
-    pending: list[StreamID]  # in ID order
-
-
-@dataclass
-class RdbGroup:
-    name: str
-    last_delivered_id: StreamID
-    entries_read: int | None  # None: not in the format (type 15), or unknown (-1)
-    pel: list[RdbPendingEntry]  # in ID order
-    consumers: list[RdbConsumer]  # in name order (the server's)
-
-
-@dataclass
-class RdbStream:
-    db: int
-    key: str
-    rdb_type: int
-    length: int
-    last_id: StreamID
-    first_id: StreamID | None  # None: not in the format (type 15)
-    max_deleted_entry_id: StreamID | None  # likewise
-    entries_added: int | None  # likewise
-    nodes: list[RdbNode]
-    groups: list[RdbGroup]
-    expire_ms: int | None = None
-
-    @property
-    def entries(self) -> list[RdbEntry]:
-        """Every entry of every node, deleted ones included, in ID order."""
-        return [e for node in self.nodes for e in node.entries]
-
-    @property
-    def live_ids(self) -> list[StreamID]:
-        return [e.id for node in self.nodes for e in node.entries if not e.deleted]
-
-
-@dataclass(slots=True)
-class RdbKey:
-    """A key of any type: what a command on it would meet (WRONGTYPE, expiry)."""
-
-    db: int
-    key: str
-    type: str  # the TYPE reply: string, list, set, zset, hash, stream
-    rdb_type: int
-    encoding: str  # the RDB type's name, e.g. "HASH_LISTPACK"
-    expire_ms: int | None
-    offset: int  # where its type byte is
-    lru_idle: int | None = None
-    lfu_freq: int | None = None
-
-
-@dataclass
-class RdbFile:
-    path: str
-    magic: str  # "REDIS" or "VALKEY"
-    version: int
-    size: int
-    aux: dict[str, bytes] = field(default_factory=dict)
-    keys: dict[tuple[int, str], RdbKey] = field(default_factory=dict)
-    streams: dict[tuple[int, str], RdbStream] = field(default_factory=dict)
-    resize_hints: dict[int, tuple[int, int]] = field(default_factory=dict)
-    functions: list[bytes] = field(default_factory=list)  # FUNCTION2 library sources
-    module_aux: list[str] = field(default_factory=list)  # module names with AUX data
-    empty_keys: list[tuple[int, str]] = field(default_factory=list)  # dropped, as on load
-    lzf_strings: int = 0  # LZF-compressed strings met (read or stepped over)
-    checksum: int | None = None  # as stored; 0: saved without one; None: version < 5
-    checksum_verified: bool = False
-    end_offset: int = 0  # after the checksum (an AOF tail may follow in a legacy AOF)
-
-    def aux_text(self, name: str) -> str | None:
-        value = self.aux.get(name)
-        return None if value is None else decode_name(value)
-
-    @property
-    def dbs(self) -> list[int]:
-        return sorted({db for db, _ in self.keys})
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def decode_name(raw: bytes) -> str:
-    """Lossless text of a name: UTF-8, invalid bytes as lone surrogates (module docstring)."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "surrogateescape")
-
-
-def module_name(module_id: int) -> str:
-    """The 9-character name a module type id carries (its top 54 bits, 6 bits a letter)."""
-    value = module_id >> 10
-    chars = []
-    for _ in range(9):
-        chars.append(MODULE_NAME_CHARSET[value & 63])
-        value >>= 6
-    return "".join(reversed(chars))
 
 
 def _as_bytes(element: int | bytes) -> bytes:
@@ -363,243 +60,6 @@ def _as_bytes(element: int | bytes) -> bytes:
 
 def _is_count(element: int | bytes) -> bool:
     return type(element) is int and element >= 0
-
-
-class _LzfError(Exception):
-    pass
-
-
-def lzf_decompress(src: bytes, out_len: int) -> bytes:
-    """Decompress LZF data that must expand to exactly ``out_len`` bytes."""
-    out = bytearray()
-    i = 0
-    n = len(src)
-    while i < n:
-        ctrl = src[i]
-        i += 1
-        if ctrl < 32:  # a literal run
-            run = ctrl + 1
-            if i + run > n:
-                raise _LzfError(f"literal run of {run} bytes passes the end of the input")
-            out += src[i : i + run]
-            i += run
-        else:  # a copy from earlier output
-            length = ctrl >> 5
-            if i >= n:
-                raise _LzfError("back reference cut short")
-            if length == 7:
-                length += src[i]
-                i += 1
-                if i >= n:
-                    raise _LzfError("back reference cut short")
-            distance = ((ctrl & 0x1F) << 8) + src[i] + 1
-            i += 1
-            start = len(out) - distance
-            if start < 0:
-                raise _LzfError(f"back reference {distance} bytes before the start of the output")
-            length += 2
-            if distance >= length:
-                out += out[start : start + length]
-            else:  # overlapping: the last `distance` bytes repeat
-                pattern = out[start:]
-                reps, rest = divmod(length, distance)
-                out += pattern * reps + pattern[:rest]
-        if len(out) > out_len:
-            raise _LzfError(f"expands past the declared {out_len} bytes")
-    if len(out) != out_len:
-        raise _LzfError(f"expands to {len(out)} bytes, not the declared {out_len}")
-    return bytes(out)
-
-
-# --------------------------------------------------------------------------- CRC-64
-
-_CRC_POLY = 0x95AC9329AC4BC9B5  # Jones' polynomial 0xad93d23594c935a9, bit-reversed
-
-
-def _crc_table() -> list[int]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ _CRC_POLY if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_CRC_TABLE = _crc_table()
-_CRC_LANES = 4096  # bytes checksummed side by side by numpy
-_CRC_LANE_BYTES = 2048  # per lane per block: 8 MiB blocks
-_CRC_NUMPY_MIN = 1 << 18
-
-
-def _crc_bytes(crc: int, data: Any) -> int:
-    table = _CRC_TABLE
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc
-
-
-def _apply(cols: list[int], value: int) -> int:
-    out = 0
-    i = 0
-    while value:
-        if value & 1:
-            out ^= cols[i]
-        value >>= 1
-        i += 1
-    return out
-
-
-def _shift_tables(nbytes: int) -> list[list[int]]:
-    """Byte-wise tables of the linear map "run the CRC over ``nbytes`` zero bytes".
-
-    With an initial value of 0 and no final xor the CRC is linear over GF(2):
-    ``crc(a + b) == shift(crc(a), len(b)) ^ crc(b)``, which lets blocks be
-    checksummed separately and combined.
-    """
-    result = [1 << i for i in range(64)]
-    base = [_CRC_TABLE[(1 << i) & 0xFF] ^ ((1 << i) >> 8) for i in range(64)]
-    while nbytes:
-        if nbytes & 1:
-            result = [_apply(base, c) for c in result]
-        base = [_apply(base, c) for c in base]
-        nbytes >>= 1
-    return [[_apply(result, b << (8 * k)) for b in range(256)] for k in range(8)]
-
-
-def _shift(tables: list[list[int]], crc: int) -> int:
-    return (
-        tables[0][crc & 0xFF]
-        ^ tables[1][(crc >> 8) & 0xFF]
-        ^ tables[2][(crc >> 16) & 0xFF]
-        ^ tables[3][(crc >> 24) & 0xFF]
-        ^ tables[4][(crc >> 32) & 0xFF]
-        ^ tables[5][(crc >> 40) & 0xFF]
-        ^ tables[6][(crc >> 48) & 0xFF]
-        ^ tables[7][crc >> 56]
-    )
-
-
-_SHIFT_CACHE: dict[int, list[list[int]]] = {}
-
-
-def _shift_cached(nbytes: int) -> list[list[int]]:
-    tables = _SHIFT_CACHE.get(nbytes)
-    if tables is None:
-        tables = _SHIFT_CACHE[nbytes] = _shift_tables(nbytes)
-    return tables
-
-
-def crc64(data: Any, crc: int = 0, end: int | None = None) -> int:
-    """Redis' CRC-64 of ``data[:end]`` (bytes, bytearray, memoryview or mmap), continuing
-    ``crc``.
-
-    Large inputs are checksummed in 8 MiB blocks of 4096 lanes run side by side with
-    numpy, then combined (see :func:`_shift_tables`); the result is the same.
-    """
-    n = len(data) if end is None else end
-    if n < _CRC_NUMPY_MIN:
-        return _crc_bytes(crc, data[:n])
-    import numpy as np
-
-    table = np.array(_CRC_TABLE, dtype=np.uint64)
-    lane_tables = _shift_cached(_CRC_LANE_BYTES)
-    block = _CRC_LANES * _CRC_LANE_BYTES
-    block_tables = _shift_cached(block)
-    eight = np.uint64(8)
-    low = np.uint64(0xFF)
-    pos = 0
-    while n - pos >= block:
-        # a copy of the block, lane-major (bytes[pos:...] copies; no buffer stays exported)
-        raw = np.frombuffer(bytes(data[pos : pos + block]), dtype=np.uint8)
-        rows = np.ascontiguousarray(raw.reshape(_CRC_LANES, _CRC_LANE_BYTES).T)
-        state = np.zeros(_CRC_LANES, dtype=np.uint64)
-        for row in rows:
-            state = table[(state ^ row) & low] ^ (state >> eight)
-        combined = 0
-        for lane in state.tolist():
-            combined = _shift(lane_tables, combined) ^ lane
-        crc = _shift(block_tables, crc) ^ combined
-        pos += block
-    return _crc_bytes(crc, data[pos:n])
-
-
-# --------------------------------------------------------------------------- listpacks
-
-
-def decode_listpack(blob: bytes, where: str = "listpack") -> list[int | bytes]:
-    """Every element of a listpack: ``int`` for integer encodings, ``bytes`` for strings.
-
-    Raises ``ValueError`` (with the byte within the listpack) if it is malformed.
-    """
-    size = len(blob)
-    if size < 7:
-        raise ValueError(f"{where}: {size} bytes, shorter than a listpack header and end")
-    total = _U32.unpack_from(blob, 0)[0]
-    if total != size:
-        raise ValueError(f"{where}: header says {total} bytes, the string holds {size}")
-    if blob[-1] != 0xFF:
-        raise ValueError(f"{where}: byte {size - 1}: no 0xFF terminator")
-    count = blob[4] | (blob[5] << 8)
-    out: list[int | bytes] = []
-    append = out.append
-    p = 6
-    end = size - 1
-    from_bytes = int.from_bytes
-    while p < end:
-        b = blob[p]
-        if b < 0x80:
-            append(b)
-            n = 1
-        elif b < 0xC0:
-            n = 1 + (b & 0x3F)
-            append(blob[p + 1 : p + n])
-        elif b < 0xE0:
-            v = ((b & 0x1F) << 8) | blob[p + 1]
-            append(v - 8192 if v >= 4096 else v)
-            n = 2
-        elif b < 0xF0:
-            n = 2 + (((b & 0x0F) << 8) | blob[p + 1])
-            append(blob[p + 2 : p + n])
-        elif b == 0xF0:
-            if p + 5 > end:
-                raise ValueError(f"{where}: byte {p}: string length cut short")
-            n = 5 + _U32.unpack_from(blob, p + 1)[0]
-            append(blob[p + 5 : p + n])
-        elif 0xF1 <= b <= 0xF4:
-            width = (2, 3, 4, 8)[b - 0xF1]
-            n = 1 + width
-            append(from_bytes(blob[p + 1 : p + n], "little", signed=True))
-        else:
-            what = "an early terminator" if b == 0xFF else f"unknown encoding byte 0x{b:02x}"
-            raise ValueError(f"{where}: byte {p}: {what}")
-        back = (
-            1 if n <= 127 else 2 if n < 16383 else 3 if n < 2097151 else 4 if n < 268435455 else 5
-        )
-        if p + n + back > end:
-            raise ValueError(f"{where}: byte {p}: element of {n} bytes passes the end")
-        # the back-length: the element's size, 7 bits a byte, the first byte highest
-        if back == 1:
-            if blob[p + n] != n:
-                raise ValueError(f"{where}: byte {p + n}: back-length does not match the element")
-            p += n + 1
-            continue
-        stored = 0
-        for k in range(back):
-            byte = blob[p + n + k]
-            if (byte & 0x80) != (0 if k == 0 else 0x80):
-                stored = -1
-                break
-            stored = (stored << 7) | (byte & 0x7F)
-        if stored != n:
-            raise ValueError(f"{where}: byte {p + n}: back-length does not match the element")
-        p += n + back
-    if count != 65535 and count != len(out):
-        raise ValueError(f"{where}: header counts {count} elements, found {len(out)}")
-    return out
-
-
-# --------------------------------------------------------------------------- reader
 
 
 class _Reader:
@@ -635,7 +95,7 @@ class _Reader:
         return bytes(self.data[start : start + n])
 
     def millis(self, what: str) -> int:
-        return int(_I64.unpack_from(self.data, self.need(8, what))[0])
+        return int(I64.unpack_from(self.data, self.need(8, what))[0])
 
     def length_or_encoding(self, what: str) -> tuple[int, bool]:
         """``(value, is_encoding)``: a length, or (``11`` form) a string encoding."""
@@ -684,7 +144,7 @@ class _Reader:
             start = self.need(clen, f"{what} (LZF data)")
             try:
                 return lzf_decompress(bytes(self.data[start : start + clen]), ulen)
-            except _LzfError as exc:
+            except LzfError as exc:
                 raise self.error(f"corrupt LZF string in {what}: {exc}", at) from None
         raise self.error(f"unknown string encoding {value} in {what}", at)
 
@@ -744,7 +204,7 @@ class _Reader:
             elif op == OP_EXPIRETIME_MS:
                 expire = self.millis("EXPIRETIME_MS")
             elif op == OP_EXPIRETIME:
-                expire = int(_I32.unpack_from(self.data, self.need(4, "EXPIRETIME"))[0]) * 1000
+                expire = int(I32.unpack_from(self.data, self.need(4, "EXPIRETIME"))[0]) * 1000
             elif op == OP_IDLE:
                 idle = self.length("IDLE")
             elif op == OP_FREQ:
@@ -935,7 +395,7 @@ class _Reader:
         if t in (16, 17, 20):  # listpack
             if (
                 size < 7
-                or _U32.unpack_from(data, start)[0] != size
+                or U32.unpack_from(data, start)[0] != size
                 or data[start + size - 1] != 0xFF
             ):
                 raise self.error(f"malformed listpack in {what}", at)
@@ -943,7 +403,7 @@ class _Reader:
         if t in (10, 12, 13):  # ziplist
             if (
                 size < 11
-                or _U32.unpack_from(data, start)[0] != size
+                or U32.unpack_from(data, start)[0] != size
                 or data[start + size - 1] != 0xFF
             ):
                 raise self.error(f"malformed ziplist in {what}", at)
@@ -972,7 +432,7 @@ class _Reader:
             node_key = self.string(f"{what}: node master ID")
             if len(node_key) != 16:
                 raise self.error(f"{what}: node master ID of {len(node_key)} bytes, not 16", at)
-            master = StreamID(*_BE_ID.unpack(node_key))
+            master = StreamID(*BE_ID.unpack(node_key))
             lp_at = self.pos
             blob = self.string(f"{what}: node listpack")
             node = self.stream_node(master, blob, f"{what}, node {master}", lp_at)
@@ -1021,7 +481,7 @@ class _Reader:
         return StreamID(self.length(what), self.length(what))
 
     def _raw_id(self, what: str) -> StreamID:
-        return StreamID(*_BE_ID.unpack_from(self.data, self.need(16, what)))
+        return StreamID(*BE_ID.unpack_from(self.data, self.need(16, what)))
 
     def stream_node(self, master: StreamID, blob: bytes, where: str, at: int) -> RdbNode:
         try:
@@ -1144,9 +604,6 @@ class _Reader:
             for entry_id, (delivered, count) in times.items()
         ]
         return RdbGroup(name, last, entries_read, pel, consumers)
-
-
-# --------------------------------------------------------------------------- API
 
 
 def parse_rdb(

@@ -1,0 +1,123 @@
+"""A table's facts: its versions, its current version, its row count, whether it exists;
+from the Delta log where it can be read (no Spark job), else from Delta or delta-rs."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from pelengine.storage.choice import EMBEDDED, storage_mode
+from pelengine.storage.names import Table, TableRef, require_delta_spark
+from pelengine.storage.paths import local_path
+from pelengine.storage.reads import read_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def table_versions(spark: SparkSession, path: TableRef, limit: int | None = None) -> list[int]:
+    """Versions of the table at ``path`` its Delta history lists, newest first (at most
+    ``limit``); empty when there is no table. Versions whose files were vacuumed may be
+    listed yet no longer readable."""
+    if isinstance(path, str) and storage_mode(spark) == EMBEDDED:
+        from pelengine.storage.embedded import normalize_table_uri, open_table
+
+        table = open_table(normalize_table_uri(path))
+        if table is None:
+            return []
+        versions = sorted(
+            {int(h["version"]) for h in table.history(limit) if h.get("version") is not None},
+            reverse=True,
+        )
+        return versions[:limit] if limit is not None else versions
+    from pyspark.errors import AnalysisException
+
+    quoted = path.name if isinstance(path, Table) else "delta.`" + path.replace("`", "``") + "`"
+    query = f"DESCRIBE HISTORY {quoted}" + (f" LIMIT {int(limit)}" if limit else "")
+    try:
+        rows = spark.sql(query).select("version").collect()
+    except AnalysisException:
+        return []
+    return sorted((int(r["version"]) for r in rows), reverse=True)
+
+
+def _local_log_version(path: str) -> int | None | bool:
+    """The newest commit of the Delta table at a local ``path``, from its ``_delta_log``
+    listing (every commit is one ``<version>.json`` file; checkpoints never replace the
+    newest): None when there is no table, False when ``path`` is not local (ask Delta)."""
+    local = local_path(path)
+    if local is None:
+        return False
+    try:
+        names = os.listdir(os.path.join(local, "_delta_log"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    versions = [
+        int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
+    ]
+    return max(versions) if versions else None
+
+
+def table_version(spark: SparkSession, path: TableRef) -> int | None:
+    """Current Delta version of the table at ``path``; None if there is no table. A local
+    path is answered from its log's listing (either store: no Spark job), a table by name
+    and a remote path by Delta (``DESCRIBE HISTORY``, delta-spark; delta-rs, embedded)."""
+    if isinstance(path, Table):
+        require_delta_spark(spark, str(path))
+        if not spark.catalog.tableExists(path.name):
+            return None
+        rows = spark.sql(f"DESCRIBE HISTORY {path.name} LIMIT 1").collect()
+        return int(rows[0]["version"]) if rows else None
+    listed = _local_log_version(path)
+    if listed is not False:
+        return listed
+    if storage_mode(spark) == EMBEDDED:
+        from pelengine.storage.embedded import normalize_table_uri, open_table
+
+        table = open_table(normalize_table_uri(path))
+        return table.version() if table is not None else None
+    from pyspark.errors import AnalysisException
+
+    quoted = path.replace("`", "``")
+    try:
+        rows = spark.sql(f"DESCRIBE HISTORY delta.`{quoted}` LIMIT 1").collect()
+    except AnalysisException:
+        return None
+    return int(rows[0]["version"]) if rows else None
+
+
+def table_row_count(spark: SparkSession, path: TableRef) -> int:
+    """Rows of the current version of the table at ``path``: from the Delta log's file
+    statistics where they are all there and no file has deletion vectors (a path, read by
+    delta-rs whichever store wrote it), otherwise by reading the table."""
+    if isinstance(path, str) and (storage_mode(spark) == EMBEDDED or local_path(path) is not None):
+        counted = _rows_from_log(path)
+        if counted is not None:
+            return counted
+    return read_table(spark, path).count()
+
+
+def _rows_from_log(path: str) -> int | None:
+    import pyarrow as pa
+
+    from pelengine.storage.embedded import normalize_table_uri, open_table
+
+    try:
+        table = open_table(normalize_table_uri(path))
+        if table is None:
+            return None
+        actions = pa.table(table.get_add_actions(flatten=True))
+    except Exception:  # a protocol delta-rs does not read: let Delta count
+        return None
+    if "num_records" not in actions.column_names:
+        return None
+    counts = actions.column("num_records")
+    dv = [c for c in actions.column_names if c.startswith("deletionVector")]
+    if counts.null_count or any(actions.column(c).null_count < len(actions) for c in dv):
+        return None
+    return int(sum(counts.to_pylist()))
+
+
+def table_exists(spark: SparkSession, path: TableRef) -> bool:
+    """Whether a Delta table exists at ``path``."""
+    return table_version(spark, path) is not None
