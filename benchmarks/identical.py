@@ -44,6 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # tables whose rows hold wall-clock facts of the run itself, not of the log
 VOLATILE_TABLES = {"_runs"}
 ENGINES = ("python", "native")
+# list columns whose order carries no meaning
+UNORDERED_LISTS = ("family_of",)
 
 
 # ---------------------------------------------------------------------------- logs
@@ -142,9 +144,22 @@ def table_digest(path: Path) -> dict[str, Any]:
     from deltalake import DeltaTable
 
     table = DeltaTable(str(path)).to_pyarrow_table()
-    lines = sorted(json.dumps(row, sort_keys=True, default=_plain) for row in table.to_pylist())
+    lines = sorted(
+        json.dumps(_canonical(row), sort_keys=True, default=_plain) for row in table.to_pylist()
+    )
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     return {"rows": len(lines), "columns": sorted(table.column_names), "sha256": digest}
+
+
+def _canonical(row: dict[str, Any]) -> dict[str, Any]:
+    """The state's ``family_of`` lists every (key, family) pair in the order a set gave it
+    (the order means nothing, and differs from run to run): compared as a set."""
+    for name in UNORDERED_LISTS:
+        if isinstance(row.get(name), list):
+            row[name] = sorted(
+                row[name], key=lambda v: json.dumps(v, sort_keys=True, default=_plain)
+            )
+    return row
 
 
 def _plain(value: Any) -> Any:
