@@ -211,8 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     gc.collect()
 
     tuned = False
-    if not args.default_gc and hasattr(udf, "tune_worker_gc"):
-        udf.tune_worker_gc()
+    # what a Spark worker running the Python engine does (the engine's own module; a
+    # checkout from before the engines shared one interface had it in udf)
+    try:
+        from pelengine.engine.python.worker_gc import tune_worker_gc
+    except ImportError:
+        tune_worker_gc = getattr(udf, "tune_worker_gc", None)
+    if not args.default_gc and tune_worker_gc is not None:
+        tune_worker_gc()
         tuned = True
     runs = []
     out: list[pa.RecordBatch] = []

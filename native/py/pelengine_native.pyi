@@ -1,24 +1,22 @@
-"""The native (Rust) replay core of pelengine: its Python face."""
+"""The native (Rust) replay core of pelengine: its Python face, the native engine.
+
+``Router`` and ``FamilyReplay`` have the Python engine's interface
+(``pelengine.engine.python``). ``profile``: the resolved ``pelengine.model.Profile``, or
+a name ``pelengine.model.get_profile`` resolves. The exceptions are pelengine's own.
+"""
 
 from typing import Any
 
 import pyarrow as pa
+from pelengine.engine.errors import ReplayRowError as ReplayRowError
+from pelengine.engine.errors import SeqOrderError as SeqOrderError
+from pelengine.model.calls import Profile
+from pelengine.model.persist import StateError as StateError
+from pelengine.model.persist import StateVersionError as StateVersionError
 
 __version__: str
 ENGINE: str
 ABI: int
-
-class SeqOrderError(RuntimeError):
-    """The replay saw ``seq`` go backwards: the physical plan lost the per-stream order."""
-
-class ReplayRowError(RuntimeError):
-    """The model failed on one event (a bug, not a Redis error): names the row."""
-
-class StateError(ValueError):
-    """A model that cannot be saved, or saved data that is not a model (persist.StateError)."""
-
-class StateVersionError(StateError):
-    """Saved data of a schema version this pelengine does not read."""
 
 def row_digest(
     seq: int,
@@ -28,15 +26,15 @@ def row_digest(
     client: str | None,
     marker: bool | None,
 ) -> int:
-    """udf.py's ``row_digest``: the 63-bit digest of one replayed row."""
+    """The Python engine's ``row_digest``: the 63-bit digest of one replayed row."""
 
 class Router:
-    """The router of one partition (udf.py's ``make_router``): ``route(batch)`` returns
+    """The router of one partition (as ``pelengine.engine.python.Router``): ``route(batch)`` returns
     the batch with ``command``, ``scope``, ``families``, ``pre_kind``, ``pre_error``,
     ``group`` and ``group_only`` appended. ``family_of``: ``{(db, key): family}`` of the
     keys commands tie together (any other key is its own family)."""
 
-    def __init__(self, profile: str, family_of: dict[tuple[int, str], str]) -> None: ...
+    def __init__(self, profile: Profile | str, family_of: dict[tuple[int, str], str]) -> None: ...
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
 
 def _overflow_for_test(n: int) -> int:
@@ -44,13 +42,13 @@ def _overflow_for_test(n: int) -> int:
     ``RuntimeError`` (an overflow panic caught), never wraps, never aborts."""
 
 class FamilyReplay:
-    """The replay of one family of stream keys (udf.py's ``replay``). ``keep_state``: count
+    """The replay of one family of stream keys (as ``pelengine.engine.python.FamilyReplay``). ``keep_state``: count
     and digest the rows, end with the model as a ``state`` row naming ``state_key`` (db,
     family); a row whose ``state`` is set carries a saved model, seeding the replay."""
 
     def __init__(
         self,
-        profile: str,
+        profile: Profile | str,
         node_max_entries: int,
         node_max_bytes: int,
         as_of_ms: int,
@@ -71,7 +69,7 @@ class Replayer:
 
     def __init__(
         self,
-        profile: str,
+        profile: Profile | str,
         *,
         record_changes: bool = True,
         node_max_entries: int = 100,

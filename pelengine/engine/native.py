@@ -8,7 +8,10 @@ installs and runs without it. ``--engine`` (conf ``reconstruct.engine``) chooses
 * ``native``: the native core, an error when it cannot be imported;
 * ``auto`` (the default): the native core when it can be imported, else the Python model.
 
-The choice is made once, on the driver, and handed to the replay UDF as a plain value;
+Both engines have one interface (a ``FamilyReplay`` with ``feed``/``finish``, a
+``Router`` with ``route``): the Python one is :mod:`pelengine.engine.python`, the
+native one this module loads. The choice is made once, on the driver, and handed to the
+Arrow functions (:mod:`pelengine.engine.udf`) as a plain value;
 the run report says which engine ran and why. Executors that cannot import the native
 core the driver chose fail with a message saying so (install the wheel on the cluster,
 or run with ``--engine python``).
@@ -18,8 +21,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-# the pelengine_native API this package speaks (its ``ABI``)
-NATIVE_ABI = 3
+# the pelengine_native API this package speaks (its ``ABI``): 4 since it takes the
+# resolved profile and raises pelengine's errors (pelengine.engine.errors)
+NATIVE_ABI = 4
 
 
 class EngineError(RuntimeError):

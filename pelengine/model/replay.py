@@ -253,14 +253,15 @@ class Replayer:
 
     def __init__(
         self,
-        profile: str = "7.0",
+        profile: Profile | str = "7.0",
         *,
         record_changes: bool = True,
         node_max_entries: int = 100,
         node_max_bytes: int = 4096,
         spill_closed_records: bool = False,
     ) -> None:
-        self.profile = get_profile(profile)
+        # a resolved profile, or a profile name or server version (``resolve_profile``)
+        self.profile = profile if isinstance(profile, Profile) else get_profile(profile)
         # Redis' stream-node-max-entries: how many entries one internal node holds
         # (decides what approximate trimming can drop).
         self.node_max_entries = node_max_entries

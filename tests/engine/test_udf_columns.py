@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pelengine.engine import udf
+from pelengine.engine.python import arrow
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.schemas import REPLAY_INPUT_SCHEMA, REPLAY_PACKED_SCHEMA, REPLAY_TABLE_SCHEMAS
 from pelengine.settings import Settings
@@ -90,7 +91,7 @@ def _got(batches: list[pa.RecordBatch]) -> dict[str, list[dict[str, Any]]]:
             schema = udf._arrow_schema(REPLAY_TABLE_SCHEMAS[table])
             (inner,) = udf.unpack_payloads(pa.array([payload], pa.binary()), schema)
             assert inner.schema == schema
-            assert inner.num_rows == rows <= udf.OUTPUT_BATCH_ROWS
+            assert inner.num_rows == rows <= arrow.OUTPUT_BATCH_ROWS
             got.setdefault(table, []).extend(inner.to_pylist())
     return got
 
@@ -151,23 +152,23 @@ def test_a_unit_of_a_split_family_writes_its_groups_rows_only() -> None:
 def test_input_columns_are_read_without_rows() -> None:
     argv = pa.array([["a", "b"], [], ["c", None], ["d"]], pa.list_(pa.string()))
     for part in (argv, argv.slice(1, 2), argv.slice(3, 1), argv.slice(0, 0)):
-        assert udf._values(part) == part.to_pylist()
+        assert arrow.values(part) == part.to_pylist()
     with_null = pa.array([["a"], None], pa.list_(pa.string()))
-    assert udf._values(with_null) == [["a"], None]
-    assert udf._values(pa.array([1, None, 3], pa.int64())) == [1, None, 3]
-    ints = udf._values(pa.array([2**62, -1], pa.int64()).slice(1))
+    assert arrow.values(with_null) == [["a"], None]
+    assert arrow.values(pa.array([1, None, 3], pa.int64())) == [1, None, 3]
+    ints = arrow.values(pa.array([2**62, -1], pa.int64()).slice(1))
     assert ints == [-1] and type(ints[0]) is int
-    assert udf._values(pa.array([True, False])) == [True, False]
-    assert udf._values(pa.array([None, None], pa.binary())) == [None, None]
+    assert arrow.values(pa.array([True, False])) == [True, False]
+    assert arrow.values(pa.array([None, None], pa.binary())) == [None, None]
     batch = pa.RecordBatch.from_pydict({"seq": [1, 2]})
-    assert udf._column(batch, "marker", False) == [False, False]
+    assert arrow.column(batch, "marker", False) == [False, False]
 
 
 def test_a_worker_freezes_its_heap_once() -> None:
     code = (
-        "import gc; from pelengine.engine import udf; udf.tune_worker_gc(); "
-        "n = gc.get_freeze_count(); udf.tune_worker_gc(); "
+        "import gc; from pelengine.engine.python import worker_gc as w; w.tune_worker_gc(); "
+        "n = gc.get_freeze_count(); w.tune_worker_gc(); "
         "assert n > 0 and gc.get_freeze_count() == n, n; "
-        "assert gc.get_threshold() == udf.WORKER_GC_THRESHOLDS"
+        "assert gc.get_threshold() == w.WORKER_GC_THRESHOLDS"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -20,7 +20,8 @@ import pelengine_native as native
 import pyarrow as pa
 import pytest
 
-from pelengine.engine import udf
+from pelengine.engine import errors, udf
+from pelengine.engine.python.arrow import OUTPUT_BATCH_ROWS
 from pelengine.model.replay import CHANGE_COLUMNS, VERSION_COLUMNS, Replayer
 from pelengine.model.routing import command_group
 from pelengine.model.snapshot import snapshot_columns
@@ -206,7 +207,7 @@ def native_replay(
     for table, batch in native_outputs(settings, batches, own=own):
         assert isinstance(table, str)
         assert batch.schema.equals(SCHEMAS[table]), (table, batch.schema)
-        assert 0 < batch.num_rows <= udf.OUTPUT_BATCH_ROWS
+        assert 0 < batch.num_rows <= OUTPUT_BATCH_ROWS
         tables.setdefault(table, []).extend(batch.to_pylist())
     return tables
 
@@ -221,7 +222,7 @@ def assert_same_tables(mine: dict[str, list[Row]], expected: dict[str, list[Row]
 def test_module_attributes() -> None:
     assert native.ENGINE == "native"
     assert native.__version__ == "0.1.0"
-    assert native.ABI == 3
+    assert native.ABI == 4
     assert issubclass(native.SeqOrderError, RuntimeError)
     assert issubclass(native.ReplayRowError, RuntimeError)
 
@@ -347,7 +348,7 @@ def test_seq_order_error_as_udf() -> None:
     rows[3] = {**rows[3], "seq": 2}
     settings = Settings(profile="7.4")
     batches = batches_of(rows)
-    with pytest.raises(udf.SeqOrderError) as py_err:
+    with pytest.raises(errors.SeqOrderError) as py_err:
         python_replay(settings, batches, (0, "f"))
     with pytest.raises(native.SeqOrderError) as err:
         list(native_outputs(settings, batches))

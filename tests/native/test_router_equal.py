@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pelengine.engine.udf import ReplayRowError, make_router
+from pelengine.engine.errors import ReplayRowError
+from pelengine.engine.udf import make_router
 from pelengine.model.replay import PROFILES
 from pelengine.settings import Settings
 from tests.native.random_logs import random_log

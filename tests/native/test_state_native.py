@@ -33,6 +33,7 @@ import pyarrow as pa
 import pytest
 
 from pelengine.engine import udf
+from pelengine.engine.python.state import row_digest
 from pelengine.model import persist
 from pelengine.schemas import SAVED_STATE_TYPE
 from pelengine.settings import Settings
@@ -369,7 +370,7 @@ def test_row_digest_of_random_rows() -> None:
         client = None if rng.random() < 0.3 else _odd_string(rng)
         marker = rng.choice([True, False, None])
         args = (seq, ts_ms, argv, db, client, marker)
-        assert native.row_digest(*args) == udf.row_digest(*args), args
+        assert native.row_digest(*args) == row_digest(*args), args
 
 
 def test_row_digest_of_every_code_point() -> None:
@@ -382,7 +383,7 @@ def test_row_digest_of_every_code_point() -> None:
             "".join(map(chr, codes[start + 256 : start + 512])),
         ]
         args = (start, 0, argv, 0, "\"'" + argv[0][:3], True)
-        assert native.row_digest(*args) == udf.row_digest(*args), hex(codes[start])
+        assert native.row_digest(*args) == row_digest(*args), hex(codes[start])
 
 
 # ---- (e) a saved state that is no model -------------------------------------------------------

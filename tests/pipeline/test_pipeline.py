@@ -18,7 +18,8 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from pelengine.engine.udf import SeqOrderError, make_replay_function
+from pelengine.engine.errors import SeqOrderError
+from pelengine.engine.udf import make_replay_function
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.pipeline import conform
 from pelengine.pipeline.reconstruct import reconstruct

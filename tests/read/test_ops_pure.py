@@ -234,15 +234,16 @@ def test_describe_failure_finds_the_worker_error_line() -> None:
 
 
 def test_replay_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pelengine.engine import udf
+    from pelengine.engine import errors, udf
+    from pelengine.engine.python import family
 
     def broken(self: Any, seq: int, *_: Any) -> Any:
         if seq == 2:
             raise KeyError("boom")
         return real(self, seq, *_)
 
-    real = udf.Replayer.apply
-    monkeypatch.setattr(udf.Replayer, "apply", broken)
+    real = family.Replayer.apply
+    monkeypatch.setattr(family.Replayer, "apply", broken)
     replay = udf.make_replay_function(Settings(profile="7.0"), 10, 3)
     batch = pa.RecordBatch.from_pydict(
         {
@@ -254,22 +255,23 @@ def test_replay_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
             "fanout": [False, False],
         }
     )
-    with pytest.raises(udf.ReplayRowError, match=r"seq 2 \(ts_ms 6, db 0, argv \['XGROUP'"):
+    with pytest.raises(errors.ReplayRowError, match=r"seq 2 \(ts_ms 6, db 0, argv \['XGROUP'"):
         list(replay((pa.scalar(0), pa.scalar("s")), iter([batch])))
 
 
 def test_routing_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pelengine.engine import udf
+    from pelengine.engine import errors, udf
+    from pelengine.engine.python import router
 
     def broken(argv: list[str]) -> Any:
         raise ValueError(f"cannot route {argv[0]}")
 
-    monkeypatch.setattr(udf, "touched_keys", broken)
+    monkeypatch.setattr(router, "touched_keys", broken)
     route = udf.make_router(Settings(profile="7.0"), {})
     batch = pa.RecordBatch.from_pydict(
         {"seq": [41], "ts_ms": [9], "argv": [["XACK", "s", "g", "1-0"]], "db": [3]}
     )
-    with pytest.raises(udf.ReplayRowError, match=r"routing failed at the event seq 41 .*XACK"):
+    with pytest.raises(errors.ReplayRowError, match=r"routing failed at the event seq 41 .*XACK"):
         list(route(iter([batch])))
 
 

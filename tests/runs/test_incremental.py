@@ -21,7 +21,8 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
-from pelengine.engine.udf import _arrow_schema, dump_state, load_state, saved_states
+from pelengine.engine.python.state import dump_state, load_state, saved_states
+from pelengine.engine.udf import _arrow_schema
 from pelengine.model import Replayer
 from pelengine.model.persist import StateVersionError, dump
 from pelengine.runs.full import run_reconstruct

@@ -1,10 +1,11 @@
 //! What the replayer, the command handlers and the snapshot share.
 //!
 //! * `Profile`: the behaviour that differs between server versions;
-//! * `Call`: one command being applied; `BlockedRead`: a client waiting in
+//! * `Call`: one command being applied, `command_name` its name; `Trigger`: the call a
+//!   served key was signalled by; `BlockedRead`: a client waiting in
 //!   `XREADGROUP ... BLOCK`.
 //!
-//! (Python's `Model` protocol is `commands::Model`, its `Columns` the sinks of
+//! (Python's `Model` protocol is `model::Model`, its `Columns` the sinks of
 //! `history`.)
 
 use std::cell::Cell;
@@ -12,17 +13,67 @@ use std::cell::Cell;
 use crate::ids::StreamId;
 
 /// Behaviour that differs between server versions (see docs/redis-semantics.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// The model receives it resolved: which profiles exist and which server versions
+/// each describes is known in one place, the Python model (`pelengine.model.replay`'s
+/// `PROFILES` and `resolve_profile`), and the Python face builds this from the
+/// resolved Python `Profile`, field by field.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Profile {
-    pub name: &'static str,
+    /// "7.0", "7.2", "7.4", "valkey-8.1", ...: what a saved model names
+    pub name: String,
     pub active_time: bool,
     pub eager_consumers: bool,
     pub xsetid_checks_max_deleted: bool,
     pub unit_time_snapshot: bool,
-    /// the entries_read/lag estimates of Valkey 8.1.1+ (see commands::range_has_tombstones)
+    /// the entries_read/lag estimates of Valkey 8.1.1+ (see lag::range_has_tombstones)
     pub strict_lag: bool,
     /// a script's XREADGROUP may name BLOCK (it never blocks); 7.0 and 7.2 refuse it
     pub script_block: bool,
+}
+
+/// The command and moment a served key was signalled by (Python's `Call` in `_ready`).
+///
+/// `id` names the call as Python's object identity does: two triggers of one command
+/// share it, two commands never do (even of one seq). The replayer keeps the whole
+/// call of every id it still refers to (see `Replayer`), for `persist`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trigger {
+    pub seq: i64,
+    pub now: i64,
+    pub id: u64,
+}
+
+static NEXT_CALL_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Trigger {
+    /// A trigger of a new call: an id no other call of this process has.
+    pub fn fresh(seq: i64, now: i64) -> Self {
+        let id = NEXT_CALL_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Trigger { seq, now, id }
+    }
+}
+
+/// The upper-cased command name of an argv (Python's `str.upper()`, Unicode-aware).
+pub fn command_name(argv: &[String]) -> String {
+    let mut name = String::new();
+    fill_command_name(argv, &mut name);
+    name
+}
+
+/// `command_name` into `name` (its buffer reused): ASCII, the usual case, upper-cases
+/// in place; anything else as `str::to_uppercase`.
+pub fn fill_command_name(argv: &[String], name: &mut String) {
+    name.clear();
+    let Some(first) = argv.first() else {
+        return;
+    };
+    if first.is_ascii() {
+        name.push_str(first);
+        name.make_ascii_uppercase();
+    } else {
+        name.push_str(&first.to_uppercase());
+    }
 }
 
 /// One command being applied: its arguments and its moment.
@@ -122,4 +173,18 @@ pub struct BlockedRead {
     pub noack: bool,
     /// ms; None for BLOCK 0 (forever). i128: `now + timeout` of two i64 (a Python int).
     pub deadline: Option<i128>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::command_name;
+
+    #[test]
+    fn names_upper_case_as_python() {
+        let argv = |s: &str| vec![s.to_string()];
+        assert_eq!(command_name(&argv("xadd")), "XADD");
+        assert_eq!(command_name(&argv("ﬂushdb")), "FLUSHDB");
+        assert_eq!(command_name(&argv("xaſ")), "XAS");
+        assert_eq!(command_name(&[]), "");
+    }
 }

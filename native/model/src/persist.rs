@@ -34,8 +34,7 @@ use std::fmt;
 
 use crate::IndexMap;
 
-use crate::calls::{BlockedRead, Call};
-use crate::commands::Trigger;
+use crate::calls::{BlockedRead, Call, Profile, Trigger};
 use crate::ids::{format_id, to_signed, StreamId};
 use crate::replay::Replayer;
 use crate::repr::py_repr;
@@ -1058,22 +1057,16 @@ fn group_of<'s>(
         .ok_or_else(|| key_error3(i64::from(db), key, group))
 }
 
-fn build(s: &StateSections) -> Result<Replayer, String> {
+fn build(s: &StateSections, resolve: ResolveProfile<'_>) -> Result<Replayer, String> {
     let m = s.model.first().ok_or("IndexError: no model row")?;
+    let profile = resolve(&m.profile)?;
     let mut r = Replayer::new(
-        &m.profile,
+        profile,
         m.record_changes,
         m.node_max_entries,
         m.node_max_bytes,
         m.spill_closed_records,
-    )
-    .map_err(|e| {
-        if e.starts_with("ValueError: ") {
-            e
-        } else {
-            format!("ValueError: {e}")
-        }
-    })?;
+    );
     let calls: Vec<(Trigger, Call)> = s
         .calls
         .iter()
@@ -1322,9 +1315,15 @@ fn build(s: &StateSections) -> Result<Replayer, String> {
     Ok(r)
 }
 
-/// The `Replayer` `dump` saved. `StateError::Version` for another schema version,
-/// `StateError::Invalid` for data that is not a saved model (Python's messages).
-pub fn load(data: &StateData) -> Result<Replayer, StateError> {
+/// The profile a saved model names (its `model.profile`), as the caller resolves it;
+/// Err: the exception the resolver raised, as `"Type: message"` (Python's resolver
+/// raises `ValueError` for a name it does not know).
+pub type ResolveProfile<'a> = &'a dyn Fn(&str) -> Result<Profile, String>;
+
+/// The `Replayer` `dump` saved, its profile resolved by `resolve`. `StateError::Version`
+/// for another schema version, `StateError::Invalid` for data that is not a saved model
+/// (Python's messages).
+pub fn load(data: &StateData, resolve: ResolveProfile<'_>) -> Result<Replayer, StateError> {
     check_version(Some(data.state_version))?;
     let n = data.state.model.len();
     if n != 1 {
@@ -1332,5 +1331,6 @@ pub fn load(data: &StateData) -> Result<Replayer, StateError> {
             "the model section has {n} rows, not one"
         )));
     }
-    build(&data.state).map_err(|e| StateError::Invalid(format!("a malformed saved model: {e}")))
+    build(&data.state, resolve)
+        .map_err(|e| StateError::Invalid(format!("a malformed saved model: {e}")))
 }

@@ -1,5 +1,11 @@
-//! Python's `repr()` of a string, exactly: the messages the model words (state errors,
-//! profile errors) and the face's (`describe_row`) quote strings as Python does.
+//! Python's `repr()` of a string, exactly: the saved model's messages (state errors)
+//! quote keys as Python does, and the face's `row_digest` hashes `repr` of every event
+//! when state is kept.
+//!
+//! A copy of Python's own because the digest is on the hot path (every argument of
+//! every event, where a call into Python per event would cost what the native replay
+//! saves). tests/native/test_state_native.py holds it equal: the digests of random odd
+//! strings and of every code point, and a corrupt saved state failing alike.
 
 use std::cmp::Ordering;
 use std::fmt::Write;

@@ -6,8 +6,8 @@
 //! replayed by the same model, because the outcome for one key depends on the
 //! other. `FLUSHDB`/`FLUSHALL` reach every family of their db (or of all dbs).
 
-use crate::commands::LOAD_COMMAND;
-use crate::replay::{command_name, is_other_writer};
+use crate::calls::command_name;
+use crate::handlers::{is_other_writer, LOAD_COMMAND};
 
 pub const SCOPE_KEYS: &str = "keys";
 pub const SCOPE_DB: &str = "db";

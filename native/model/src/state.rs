@@ -18,6 +18,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use indexmap::Equivalent;
+
 use crate::IndexMap;
 
 use crate::ids::{StreamId, ZERO_ID};
@@ -130,7 +132,7 @@ pub struct Group {
     /// insertion-ordered, as Python's dict
     pub consumers: IndexMap<String, Consumer>,
     /// insertion-ordered, as Python's dict
-    pub records: IndexMap<StreamId, DeliveryRecord>,
+    pub records: Records,
 }
 
 impl Group {
@@ -315,6 +317,23 @@ pub enum Value {
     Other(String),
 }
 
+/// The keyspace: (db, key) -> value, in insertion order (Python's dict).
+pub type Keys = IndexMap<(i64, String), Value>;
+/// A delivery record of a group that ended: (db, key, group, created_seq, id, record).
+pub type ClosedRecord = (i64, String, String, i64, StreamId, DeliveryRecord);
+/// A group's delivery records, in insertion order.
+pub type Records = IndexMap<StreamId, DeliveryRecord>;
+
+/// A borrowed keyspace key: looks up `(i64, String)` keys without allocating.
+#[derive(Hash)]
+pub(crate) struct KeyRef<'a>(pub i64, pub &'a str);
+
+impl Equivalent<(i64, String)> for KeyRef<'_> {
+    fn equivalent(&self, key: &(i64, String)) -> bool {
+        self.0 == key.0 && self.1 == key.1
+    }
+}
+
 /// What the replay did, per outcome and per Redis error kind (maps in insertion order).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -323,6 +342,12 @@ pub struct Counters {
     pub failed: i64,
     pub errors: IndexMap<String, i64>,
     pub commands: IndexMap<String, i64>,
+}
+
+/// A counter's `+= 1` (Python's ints do not overflow; a saved model may hold any
+/// count: it stops at i64::MAX).
+pub(crate) fn bump(value: &mut i64) {
+    *value = value.saturating_add(1);
 }
 
 #[cfg(test)]

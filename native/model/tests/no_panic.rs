@@ -5,25 +5,29 @@
 // a test may unwrap: a panicking test is a failing test (../Cargo.toml, [workspace.lints])
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use pelmodel::replay::PROFILES;
 use pelmodel::{Replayer, Unit};
 
 mod common;
 
-use common::{argv, Rng};
+use common::{argv, profile, profiles, Rng};
 
 /// Replays 3000 random rows; returns how many commands applied and how many
 /// history rows were recorded.
 fn run(
-    profile: &str,
+    name: &str,
     seed: u64,
     node_max_entries: i64,
     node_max_bytes: i64,
     spill: bool,
 ) -> (i64, usize) {
     let mut rng = Rng(seed);
-    let mut r = Replayer::new(profile, true, node_max_entries, node_max_bytes, spill)
-        .expect("a known profile");
+    let mut r = Replayer::new(
+        profile(name).expect("a known profile"),
+        true,
+        node_max_entries,
+        node_max_bytes,
+        spill,
+    );
     let clients: &[Option<&str>] = &[None, Some("c1"), Some("c2"), Some("lua"), Some("x")];
     let mut ts: i64 = 1000;
     let mut rows = 0;
@@ -63,7 +67,7 @@ fn run(
         }
         for (_, _, stream) in r.streams() {
             for group in stream.groups.values() {
-                let _ = pelmodel::commands::group_lag(stream, group, r.profile.strict_lag);
+                let _ = pelmodel::lag::group_lag(stream, group, r.profile.strict_lag);
             }
         }
     }
@@ -82,10 +86,10 @@ fn random_argvs_never_panic() {
         (1, 1, false),
     ];
     let (mut applied, mut rows) = (0, 0);
-    for (i, profile) in PROFILES.iter().enumerate() {
+    for (i, profile) in profiles().iter().enumerate() {
         for (j, &(entries, bytes, spill)) in configs.iter().enumerate() {
             let seed = 0x9e37_79b9_7f4a_7c15 ^ ((i as u64) << 8 | j as u64);
-            let (a, n) = run(profile.name, seed, entries, bytes, spill);
+            let (a, n) = run(&profile.name, seed, entries, bytes, spill);
             applied += a;
             rows += n;
         }
@@ -172,14 +176,14 @@ fn loaded_states_never_panic() {
         &["XADD", "k", "*", "f", "v"],
         &["PELENGINE.LOAD", "BEGIN"],
     ];
-    for profile in PROFILES {
-        let mut r = Replayer::new(profile.name, true, 1, 1, true).expect("profile");
+    for profile in profiles() {
+        let mut r = Replayer::new(profile.clone(), true, 1, 1, true);
         for (seq, row) in rows.iter().enumerate() {
             let argv: Vec<String> = row.iter().map(|s| s.to_string()).collect();
             let _ = r.apply(seq as i64, i64::MAX, &argv, Some(0), None, Unit::Follow);
             for (_, _, stream) in r.streams() {
                 for group in stream.groups.values() {
-                    let _ = pelmodel::commands::group_lag(stream, group, profile.strict_lag);
+                    let _ = pelmodel::lag::group_lag(stream, group, profile.strict_lag);
                 }
             }
         }

@@ -14,7 +14,8 @@ use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 use pelmodel::texts::Texts;
 
-/// How many rows one output batch holds at most (udf.py's `OUTPUT_BATCH_ROWS`).
+/// How many rows one output batch holds at most (the Python engine's
+/// `OUTPUT_BATCH_ROWS`, `pelengine.engine.python.arrow`).
 pub const OUTPUT_BATCH_ROWS: usize = 8192;
 
 /// One column's values.
@@ -338,7 +339,7 @@ impl Cols {
 
     /// In a unit of a family split by group (`own`: its groups): the rows of its groups,
     /// and the rows of no group (tables without a `group` column) only in the lead unit
-    /// (udf.py's `owned`).
+    /// (the Python engine's `FamilyReplay._owned`).
     pub fn owned(self, own: Option<&HashSet<String>>, lead: bool) -> Cols {
         let Some(own) = own else {
             return self;
@@ -365,7 +366,7 @@ impl Cols {
 
     /// The rows as batches of `schema` (at most `OUTPUT_BATCH_ROWS` rows each): a field
     /// these columns give takes their values, a field `constants` names that value in
-    /// every row, any other field is null (udf.py's `table_batches`). Columns the schema
+    /// every row, any other field is null (the Python engine's `table_batches`). Columns the schema
     /// lacks are left out. No batch when there are no rows.
     pub fn to_batches(
         &self,

@@ -1,54 +1,26 @@
-//! The replay of one family of stream keys: the loop of udf.py's `replay` (its
-//! keep-state path included), Arrow batches in, each output table's Arrow batches out.
+//! The native engine's replay of one family of stream keys (`FamilyReplay`): Arrow
+//! batches in, each output table's Arrow batches out. The Python engine's
+//! (`pelengine.engine.python.family.FamilyReplay`) is the same loop over the Python
+//! model, with the same interface; the replay UDF runs either.
+//!
+//! Why this loop is here twice: it is the hot path, once per event (reading the input
+//! columns in place, applying the row, digesting it when state is kept); in Rust it
+//! costs no Python object per event or per output row. The two are held equal by
+//! tests/native (test_udf_equal, test_face, test_state_native).
 
 use std::collections::{HashMap, HashSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 use pelmodel::persist::{self, StateError};
-use pelmodel::replay::{command_name, Replayer, Unit};
+use pelmodel::{command_name, Profile, Replayer, Unit};
 
 use crate::cols::{Cols, Kind, Val, OUTPUT_BATCH_ROWS};
-use crate::describe::describe_row;
+use crate::failure::{guarded, Event, Failure};
 use crate::history::history_cols;
 use crate::input::{Bools, Ints, StrLists, Strs};
 use crate::snapshot::snapshot_cols;
 use crate::state::{row_digest, state_batch, SavedColumn, StateRow};
-
-/// What went wrong, as the Python exception it becomes.
-#[derive(Debug)]
-pub enum Failure {
-    /// `SeqOrderError`
-    SeqOrder(String),
-    /// `ReplayRowError`
-    Row(String),
-    /// `TypeError`: an input column of the wrong type
-    Type(String),
-    /// `ValueError`: input this replay cannot take
-    Value(String),
-    /// `RuntimeError`: a bug here, or a call after a failed one
-    Runtime(String),
-    /// `StateError`/`StateVersionError`: a saved model that does not load, or a model
-    /// that cannot be saved
-    State(StateError),
-}
-
-/// The text of a panic's payload.
-pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic".to_owned()
-    }
-}
-
-/// `f()`, a panic in it an `Err` with its text.
-pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    catch_unwind(AssertUnwindSafe(f)).map_err(|p| panic_text(p.as_ref()))
-}
 
 /// The tables a family replay emits, each needs its schema.
 pub const OUTPUT_TABLES: [&str; 11] = [
@@ -84,7 +56,7 @@ const STAT_COLUMNS: &[(&str, Kind)] = &[
 
 /// The settings of one family's replay.
 pub struct FamilySpec {
-    pub profile: String,
+    pub profile: Profile,
     pub node_max_entries: i64,
     pub node_max_bytes: i64,
     pub as_of_ms: i64,
@@ -103,7 +75,7 @@ pub struct FamilySpec {
     pub state_key: (Option<i64>, Option<String>),
 }
 
-/// The keep-state counts of udf.py's loop.
+/// The keep-state counts (`agg_n`/`agg_x`, `mark_n`/`mark_x`).
 #[derive(Default)]
 struct Kept {
     /// a saved model seeded the replay
@@ -157,17 +129,13 @@ impl Family {
                 "FamilyReplay(keep_state=True) needs the schema of the state table".to_owned(),
             ));
         }
-        let replayer = guarded(|| {
-            Replayer::new(
-                &spec.profile,
-                true,
-                spec.node_max_entries,
-                spec.node_max_bytes,
-                true,
-            )
-        })
-        .map_err(Failure::Runtime)?
-        .map_err(Failure::Value)?;
+        let replayer = Replayer::new(
+            spec.profile,
+            true,
+            spec.node_max_entries,
+            spec.node_max_bytes,
+            true,
+        );
         Ok(Family {
             replayer,
             family: spec.family,
@@ -209,7 +177,7 @@ impl Family {
             out
         });
         if let Err(e) = &result {
-            self.over = Some(format!("an earlier batch failed ({})", short(e)));
+            self.over = Some(format!("an earlier batch failed ({})", e.class_name()));
         }
         result
     }
@@ -222,12 +190,18 @@ impl Family {
         // the family's last execution unit ends with its rows: readers it unblocked
         guarded(|| self.replayer.settle())
             .map_err(|p| Failure::Runtime(format!("replay of {family} panicked: {p}")))?
-            .map_err(|e| Failure::Row(format!("replay of {family} failed at its end: {e}")))?;
+            .map_err(|detail| Failure::AtEnd {
+                family: family.clone(),
+                detail,
+            })?;
         let mut out = self.drained()?;
         let (ms, seq) = (self.as_of_ms, self.as_of_seq);
         let tables = guarded(|| snapshot_cols(&mut self.replayer, ms, seq))
             .map_err(|p| Failure::Runtime(format!("snapshot of {family} panicked: {p}")))?
-            .map_err(|e| Failure::Row(format!("snapshot of {family} failed: {e}")))?;
+            .map_err(|detail| Failure::Snapshot {
+                family: family.clone(),
+                detail,
+            })?;
         for (table, cols) in tables {
             let cols = cols.owned(self.own.as_ref(), self.lead);
             self.emit(&mut out, table, &cols, false)?;
@@ -240,7 +214,7 @@ impl Family {
         Ok(out)
     }
 
-    /// The model as the `state` table's row (udf.py: the open records were emitted as
+    /// The model as the `state` table's row (the open records were emitted as
     /// segments, the saved model counts anew).
     fn state_row(&mut self) -> Result<RecordBatch, Failure> {
         let family = &self.family;
@@ -269,7 +243,7 @@ impl Family {
             .map_err(|e| Failure::Value(format!("replay of {family}: the state row: {e}")))
     }
 
-    /// A row carrying a saved model (udf.py: saved models sort first, at their last
+    /// A row carrying a saved model (saved models sort first, at their last
     /// applied seq; several of them: families that new commands tie together, merged).
     fn seed(&mut self, saved: &SavedColumn<'_>, i: usize, seq: Option<i64>) -> Result<(), Failure> {
         let family = &self.family;
@@ -321,20 +295,24 @@ impl Family {
                 }
                 let ts_ms = times.get(i);
                 let db = dbs.get(i);
-                let has_argv = argvs.fill(i, &mut argv).map_err(|j| {
-                    Failure::Value(format!(
-                        "replay of {}: argv element {j} of seq {} is null",
-                        self.family,
-                        seq.map_or("None".to_owned(), |s| s.to_string())
-                    ))
-                })?;
+                let has_argv = argvs
+                    .fill(i, &mut argv)
+                    .map_err(|index| Failure::NullArgument {
+                        family: self.family.clone(),
+                        seq,
+                        index,
+                    })?;
                 let (Some(seq), Some(ts_ms)) = (seq, ts_ms) else {
-                    let what = if seq.is_none() { "seq" } else { "ts_ms" };
-                    return Err(Failure::Value(format!(
-                        "replay of {}: the event {} has no {what}",
-                        self.family,
-                        describe_row(seq, ts_ms, has_argv.then_some(&argv[..]), db)
-                    )));
+                    return Err(Failure::Without {
+                        family: self.family.clone(),
+                        column: if seq.is_none() { "seq" } else { "ts_ms" },
+                        event: Box::new(Event {
+                            seq,
+                            ts_ms,
+                            argv: has_argv.then(|| argv.clone()),
+                            db,
+                        }),
+                    });
                 };
                 self.row(
                     seq,
@@ -361,7 +339,7 @@ impl Family {
         result
     }
 
-    /// One input row (udf.py's loop body).
+    /// One input row.
     #[allow(clippy::too_many_arguments)]
     fn row(
         &mut self,
@@ -378,11 +356,11 @@ impl Family {
     ) -> Result<(), Failure> {
         if let Some(last) = self.last_seq {
             if seq <= last {
-                return Err(Failure::SeqOrder(format!(
-                    "replay of {} saw seq {seq} after {last}: events did not arrive in seq \
-                     order, the tables would be wrong",
-                    self.family
-                )));
+                return Err(Failure::SeqOrder {
+                    family: self.family.clone(),
+                    seq,
+                    last,
+                });
             }
         }
         self.last_seq = Some(seq);
@@ -398,12 +376,17 @@ impl Family {
         }
         let unit = Unit::Known(exec_unit);
         let replayer = &mut self.replayer;
-        let failed = |kind: &str, what: String| {
-            Failure::Row(format!(
-                "replay of {} failed at the event {}: {kind}: {what}",
-                self.family,
-                describe_row(Some(seq), Some(ts_ms), has_argv.then_some(argv), db)
-            ))
+        let family = &self.family;
+        let failed = |kind: &'static str, detail: String| Failure::Row {
+            family: family.clone(),
+            event: Box::new(Event {
+                seq: Some(seq),
+                ts_ms: Some(ts_ms),
+                argv: has_argv.then(|| argv.to_vec()),
+                db,
+            }),
+            kind,
+            detail,
         };
         if marker {
             return guarded(|| replayer.try_client_activity(ts_ms, client, unit))
@@ -490,19 +473,8 @@ impl Family {
     }
 }
 
-fn short(f: &Failure) -> &str {
-    match f {
-        Failure::SeqOrder(_) => "SeqOrderError",
-        Failure::Row(_) => "ReplayRowError",
-        Failure::Type(_) => "TypeError",
-        Failure::Value(_) => "ValueError",
-        Failure::Runtime(_) => "RuntimeError",
-        Failure::State(e) => e.class_name(),
-    }
-}
-
 /// Counters of the non-fan-out commands this replay applied, per command and outcome
-/// (udf.py's `_stat_columns`): fan-out commands are counted once per event by the
+/// (the Python engine's `stat_columns`): fan-out commands are counted once per event by the
 /// pipeline, from `outcome` rows, so they are subtracted here.
 pub fn stat_cols(replayer: &Replayer, fanout: &[((&'static str, Option<String>), i64)]) -> Cols {
     let c = &replayer.counters;
@@ -543,34 +515,4 @@ pub fn stat_cols(replayer: &Replayer, fanout: &[((&'static str, Option<String>),
         row("*", "note", Some(note), *count);
     }
     rows
-}
-
-#[cfg(test)]
-mod guard_tests {
-    use super::guarded;
-
-    #[test]
-    fn a_panic_becomes_an_error_with_its_text() {
-        // what a port bug on odd input would do: index past the end of a row's arguments
-        let argv: Vec<i64> = std::hint::black_box(Vec::new());
-        let at = std::hint::black_box(7);
-        let caught = guarded(|| argv[at]);
-        assert_eq!(
-            caught,
-            Err("index out of bounds: the len is 0 but the index is 7".to_owned())
-        );
-    }
-
-    #[test]
-    fn an_overflow_is_caught_too() {
-        // overflow-checks are on in every profile this workspace builds with
-        let big = std::hint::black_box(i64::MAX);
-        let caught = guarded(|| big + 1);
-        assert!(caught.is_err(), "{caught:?}");
-    }
-
-    #[test]
-    fn a_value_passes_through() {
-        assert_eq!(guarded(|| 41 + 1), Ok(42));
-    }
 }

@@ -1,5 +1,5 @@
 //! The replay's input columns (`pelengine.schemas.REPLAY_INPUT_SCHEMA`), read in place
-//! from an Arrow batch: a missing column reads as its default (as udf.py's `_column`),
+//! from an Arrow batch: a missing column reads as its default (as the Python engine's `column`),
 //! a column of another type is an error naming it.
 
 use arrow_array::cast::AsArray;

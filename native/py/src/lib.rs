@@ -1,22 +1,28 @@
-//! `pelengine_native`: the Python face of the native replay core (`pelmodel`).
+//! `pelengine_native`: the Python face of the native replay core (`pelmodel`), the
+//! native engine of pelengine. Its interface is the one the Python engine
+//! (`pelengine.engine.python`) has too, so that the replay UDF only picks one:
 //!
-//! * `FamilyReplay`: the replay UDF's loop for one family (udf.py's `replay`, keeping
-//!   state or not), Arrow
-//!   record batches in and out through the Arrow C data interface (no Python object per
-//!   event or per output row);
-//! * `Router`: the routing columns of event batches (udf.py's `make_router`);
+//! * `FamilyReplay`: the replay of one family (keeping state or not), `feed(batch)`
+//!   and `finish()`, Arrow record batches in and out through the Arrow C data
+//!   interface (no Python object per event or per output row);
+//! * `Router`: the routing columns of event batches, `route(batch)`;
 //! * `Replayer`: the model one event at a time, for tests (the Python `Replayer`'s face).
 //!
-//! Every entry point turns a Rust panic into a Python exception (`RuntimeError`), and
-//! input of the wrong type into `TypeError`/`ValueError` naming the column.
+//! Each takes the version profile pelengine resolved (`profile`: the face reads its
+//! fields). Its errors are pelengine's: `SeqOrderError` and `ReplayRowError` of
+//! `pelengine.engine.errors`, worded there from the data of the failure (`failure`),
+//! and `StateError`/`StateVersionError` of `pelengine.model.persist`. Every entry point
+//! turns a Rust panic into a Python exception (`RuntimeError`), and input of the wrong
+//! type into `TypeError`/`ValueError` naming the column.
 
 // Library code never panics on input (the lints of `[workspace.lints]` in ../Cargo.toml).
 
 pub mod cols;
-pub mod describe;
+pub mod failure;
 pub mod family;
 pub mod history;
 pub mod input;
+pub mod profile;
 pub mod route;
 pub mod snapshot;
 pub mod state;
@@ -27,66 +33,24 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 use arrow_pyarrow::{FromPyArrowUnchecked, PyArrowType, ToPyArrow};
 use arrow_schema::Schema;
-use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::cols::Cols;
-use crate::family::{guarded, Failure, Family, FamilySpec, Output};
+use crate::failure::{errors_module, guarded, persist_module, Event, Failure};
+use crate::family::{Family, FamilySpec, Output};
 use crate::history::history_cols;
+use crate::profile::profile_of;
 use crate::snapshot::snapshot_cols;
 
 /// The API this module speaks (`pelengine.engine.native.NATIVE_ABI`): 2 since
-/// `FamilyReplay` keeps state (`keep_state`, `mark_seq`, `state_key`), 3 since `Router`.
-const ABI: i64 = 3;
+/// `FamilyReplay` keeps state (`keep_state`, `mark_seq`, `state_key`), 3 since `Router`,
+/// 4 since the profile comes resolved and the errors are pelengine's.
+const ABI: i64 = 4;
 
-create_exception!(
-    pelengine_native,
-    SeqOrderError,
-    PyRuntimeError,
-    "The replay saw `seq` go backwards: the physical plan lost the per-stream order."
-);
-create_exception!(
-    pelengine_native,
-    ReplayRowError,
-    PyRuntimeError,
-    "The model failed on one event (a bug, not a Redis error): names the row."
-);
-create_exception!(
-    pelengine_native,
-    StateError,
-    PyValueError,
-    "A model that cannot be saved, or saved data that is not a model (persist.StateError)."
-);
-create_exception!(
-    pelengine_native,
-    StateVersionError,
-    StateError,
-    "Saved data of a schema version this pelengine does not read (persist.StateVersionError)."
-);
-
-impl From<Failure> for PyErr {
-    fn from(f: Failure) -> PyErr {
-        match f {
-            Failure::SeqOrder(m) => SeqOrderError::new_err(m),
-            Failure::Row(m) => ReplayRowError::new_err(m),
-            Failure::Type(m) => PyTypeError::new_err(m),
-            Failure::Value(m) => PyValueError::new_err(m),
-            Failure::Runtime(m) => PyRuntimeError::new_err(m),
-            Failure::State(e) => state_error(e),
-        }
-    }
-}
-
-fn state_error(e: pelmodel::StateError) -> PyErr {
-    match e {
-        pelmodel::StateError::Version(m) => StateVersionError::new_err(m),
-        pelmodel::StateError::Invalid(m) => StateError::new_err(m),
-    }
-}
-
-/// Python's `repr` of strings (row digests, messages) as this Python prints them: when
+/// Python's `repr` of strings (row digests, the saved model's messages) as this Python
+/// prints them: when
 /// its Unicode database is not the one of `printable.rs`, its unprintable code points
 /// are listed once (a fraction of a second) and followed.
 fn follow_python_unicode(py: Python<'_>) -> PyResult<()> {
@@ -115,7 +79,7 @@ ranges = [tuple(r) for r in ranges]
             .get_item("ranges")?
             .ok_or_else(|| PyRuntimeError::new_err("no unprintable ranges"))?
             .extract()?;
-        describe::follow_python(ranges);
+        pelmodel::repr::follow_python(ranges);
     }
     let _ = CHECKED.set(());
     Ok(())
@@ -150,11 +114,13 @@ fn batch_dict<'py>(
     Ok(out)
 }
 
-/// The replay of one family of stream keys (udf.py's `replay`).
+/// The replay of one family of stream keys (the native engine's; the Python engine's
+/// is `pelengine.engine.python.FamilyReplay`, with the same interface).
 ///
 /// `FamilyReplay(profile, node_max_entries, node_max_bytes, as_of_ms, as_of_seq, family,
-/// own_groups, schemas, *, keep_state=False, mark_seq=None, state_key=None)`: `family`
-/// names the family in error messages; `own_groups` the groups of a unit of a family
+/// own_groups, schemas, *, keep_state=False, mark_seq=None, state_key=None)`: `profile`
+/// the resolved `Profile` (or a name pelengine resolves); `family` names the family in
+/// error messages; `own_groups` the groups of a unit of a family
 /// split by group (None: not split); `schemas` the Arrow schema of every output table.
 ///
 /// A row whose `state` column (`SAVED_STATE_TYPE`) is set carries a saved model: the
@@ -179,7 +145,7 @@ impl FamilyReplay {
     #[pyo3(signature = (profile, node_max_entries, node_max_bytes, as_of_ms, as_of_seq, family, own_groups, schemas, *, keep_state=false, mark_seq=None, state_key=None))]
     fn new(
         py: Python<'_>,
-        profile: String,
+        profile: &Bound<'_, PyAny>,
         node_max_entries: i64,
         node_max_bytes: i64,
         as_of_ms: i64,
@@ -199,7 +165,7 @@ impl FamilyReplay {
             .map(|(table, schema)| (table, Arc::new(schema.0)))
             .collect();
         let inner = Family::new(FamilySpec {
-            profile,
+            profile: profile_of(profile)?,
             node_max_entries,
             node_max_bytes,
             as_of_ms,
@@ -210,7 +176,8 @@ impl FamilyReplay {
             keep_state,
             mark_seq,
             state_key: state_key.unwrap_or((None, None)),
-        })?;
+        })
+        .map_err(|f| f.into_pyerr(py))?;
         Ok(FamilyReplay {
             inner: Mutex::new(inner),
         })
@@ -234,7 +201,8 @@ impl FamilyReplay {
                     inner.feed(&batch)
                 })
             })
-            .map_err(runtime("FamilyReplay.feed"))??;
+            .map_err(runtime("FamilyReplay.feed"))?
+            .map_err(|f| f.into_pyerr(py))?;
         output_list(py, out)
     }
 
@@ -243,13 +211,14 @@ impl FamilyReplay {
         let inner = exclusive(&mut self.inner);
         let out = py
             .detach(|| guarded(|| inner.finish()))
-            .map_err(runtime("FamilyReplay.finish"))??;
+            .map_err(runtime("FamilyReplay.finish"))?
+            .map_err(|f| f.into_pyerr(py))?;
         output_list(py, out)
     }
 }
 
-/// The router of one partition (udf.py's `make_router`): `route(batch)` returns the
-/// batch with `command`, `scope`, `families`, `pre_kind`, `pre_error`, `group` and
+/// The router of one partition (the native engine's; the Python engine's is
+/// `pelengine.engine.python.Router`): `route(batch)` returns the batch with `command`, `scope`, `families`, `pre_kind`, `pre_error`, `group` and
 /// `group_only` appended. `family_of`: `{(db, key): family}` of the keys that commands
 /// tie together (a key not in it is its own family).
 #[pyclass(module = "pelengine_native")]
@@ -261,12 +230,10 @@ pub struct Router {
 impl Router {
     #[new]
     fn new(
-        py: Python<'_>,
-        profile: String,
+        profile: &Bound<'_, PyAny>,
         family_of: HashMap<(i64, String), String>,
     ) -> PyResult<Router> {
-        follow_python_unicode(py)?;
-        let inner = route::Route::new(&profile, family_of).map_err(PyValueError::new_err)?;
+        let inner = route::Route::new(profile_of(profile)?, family_of);
         Ok(Router {
             inner: Mutex::new(inner),
         })
@@ -280,7 +247,8 @@ impl Router {
         let inner = exclusive(&mut self.inner);
         let out = py
             .detach(|| guarded(|| inner.route(&batch.0)))
-            .map_err(runtime("Router.route"))??;
+            .map_err(runtime("Router.route"))?
+            .map_err(|f| f.into_pyerr(py))?;
         Ok(PyArrowType(out))
     }
 }
@@ -295,7 +263,8 @@ fn _overflow_for_test(n: i64) -> PyResult<i64> {
     guarded(|| base + std::hint::black_box(n)).map_err(runtime("_overflow_for_test"))
 }
 
-/// udf.py's `row_digest`: the 63-bit digest of one replayed row XOR-ed into `agg_x`.
+/// The Python engine's `row_digest` (`pelengine.engine.python.state`): the 63-bit digest
+/// of one replayed row XOR-ed into `agg_x` (for the test that holds the two equal).
 #[pyfunction]
 #[pyo3(signature = (seq, ts_ms, argv, db, client, marker))]
 fn row_digest(
@@ -347,23 +316,19 @@ impl PyReplayer {
     #[new]
     #[pyo3(signature = (profile, *, record_changes=true, node_max_entries=100, node_max_bytes=4096, spill_closed_records=false))]
     fn new(
-        profile: &str,
+        profile: &Bound<'_, PyAny>,
         record_changes: bool,
         node_max_entries: i64,
         node_max_bytes: i64,
         spill_closed_records: bool,
     ) -> PyResult<PyReplayer> {
-        let inner = guarded(|| {
-            pelmodel::replay::Replayer::new(
-                profile,
-                record_changes,
-                node_max_entries,
-                node_max_bytes,
-                spill_closed_records,
-            )
-        })
-        .map_err(runtime("Replayer()"))?
-        .map_err(PyValueError::new_err)?;
+        let inner = pelmodel::replay::Replayer::new(
+            profile_of(profile)?,
+            record_changes,
+            node_max_entries,
+            node_max_bytes,
+            spill_closed_records,
+        );
         Ok(PyReplayer {
             inner: Mutex::new(inner),
         })
@@ -376,6 +341,7 @@ impl PyReplayer {
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &mut self,
+        py: Python<'_>,
         seq: i64,
         ts_ms: i64,
         argv: Vec<String>,
@@ -388,11 +354,18 @@ impl PyReplayer {
         let inner = exclusive(&mut self.inner);
         let outcome = guarded(|| inner.apply(seq, ts_ms, &argv, db, client, unit))
             .map_err(runtime("Replayer.apply"))?
-            .map_err(|e| {
-                ReplayRowError::new_err(format!(
-                    "the model failed at the event {}: ModelError: {e}",
-                    describe::describe_row(Some(seq), Some(ts_ms), Some(&argv), db)
-                ))
+            .map_err(|detail| {
+                Failure::Model {
+                    event: Box::new(Event {
+                        seq: Some(seq),
+                        ts_ms: Some(ts_ms),
+                        argv: Some(argv.clone()),
+                        db,
+                    }),
+                    kind: "ModelError",
+                    detail,
+                }
+                .into_pyerr(py)
             })?;
         Ok((outcome.kind, outcome.error))
     }
@@ -401,6 +374,7 @@ impl PyReplayer {
     #[pyo3(signature = (ts_ms, client, unit=None, unit_known=false))]
     fn client_activity(
         &mut self,
+        py: Python<'_>,
         ts_ms: i64,
         client: Option<&str>,
         unit: Option<i64>,
@@ -410,15 +384,15 @@ impl PyReplayer {
         let inner = exclusive(&mut self.inner);
         guarded(|| inner.try_client_activity(ts_ms, client, unit))
             .map_err(runtime("Replayer.client_activity"))?
-            .map_err(ReplayRowError::new_err)
+            .map_err(|e| Failure::Plain(e).into_pyerr(py))
     }
 
     /// End the current execution unit.
-    fn settle(&mut self) -> PyResult<()> {
+    fn settle(&mut self, py: Python<'_>) -> PyResult<()> {
         let inner = exclusive(&mut self.inner);
         guarded(|| inner.settle())
             .map_err(runtime("Replayer.settle"))?
-            .map_err(ReplayRowError::new_err)
+            .map_err(|e| Failure::Plain(e).into_pyerr(py))
     }
 
     /// The history rows recorded since the last call: `{table: pyarrow.RecordBatch}` for
@@ -439,7 +413,7 @@ impl PyReplayer {
         let inner = exclusive(&mut self.inner);
         let tables = guarded(|| snapshot_cols(inner, as_of_ms, as_of_seq))
             .map_err(runtime("Replayer.snapshot"))?
-            .map_err(ReplayRowError::new_err)?;
+            .map_err(|e| Failure::Plain(e).into_pyerr(py))?;
         batch_dict(py, tables)
     }
 
@@ -485,10 +459,13 @@ fn pelengine_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("ENGINE", "native")?;
     m.add("ABI", ABI)?;
-    m.add("SeqOrderError", py.get_type::<SeqOrderError>())?;
-    m.add("ReplayRowError", py.get_type::<ReplayRowError>())?;
-    m.add("StateError", py.get_type::<StateError>())?;
-    m.add("StateVersionError", py.get_type::<StateVersionError>())?;
+    // pelengine's own exception classes: what this module raises
+    let errors = errors_module(py)?;
+    m.add("SeqOrderError", errors.getattr("SeqOrderError")?)?;
+    m.add("ReplayRowError", errors.getattr("ReplayRowError")?)?;
+    let persist = persist_module(py)?;
+    m.add("StateError", persist.getattr("StateError")?)?;
+    m.add("StateVersionError", persist.getattr("StateVersionError")?)?;
     m.add_function(wrap_pyfunction!(row_digest, m)?)?;
     m.add_function(wrap_pyfunction!(_overflow_for_test, m)?)?;
     m.add_class::<FamilyReplay>()?;

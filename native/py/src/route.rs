@@ -1,5 +1,8 @@
-//! The router (udf.py's `make_router`): each event batch with the columns the replay
-//! is grouped and fanned out by, computed in Rust from the Arrow batch in place.
+//! The native engine's router (`Router`; the Python engine's is
+//! `pelengine.engine.python.router.Router`): each event batch with the columns the
+//! replay is grouped and fanned out by, computed in Rust from the Arrow batch in place.
+//! Here as well as in Python because it runs once per event of the log, every event,
+//! before any replay (tests/native/test_router_equal.py holds the two equal).
 //!
 //! Added columns, in this order: `command` (the upper-cased name), `scope`,
 //! `families` (the families of the keys it touches, first seen first), `pre_kind` /
@@ -13,11 +16,10 @@ use std::sync::Arc;
 use arrow_array::builder::{BooleanBuilder, ListBuilder, StringBuilder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use pelmodel::replay::{command_name, Replayer, Unit};
 use pelmodel::routing::{command_group, touched_keys, SCOPE_KEYS};
+use pelmodel::{command_name, Profile, Replayer, Unit};
 
-use crate::describe::describe_row;
-use crate::family::{guarded, Failure};
+use crate::failure::{guarded, Event, Failure};
 use crate::input::{Ints, StrLists};
 
 /// One partition's router: the family of each linked key, and the model of the rows
@@ -29,12 +31,12 @@ pub struct Route {
 }
 
 impl Route {
-    pub fn new(profile: &str, family_of: HashMap<(i64, String), String>) -> Result<Route, String> {
-        Ok(Route {
+    pub fn new(profile: Profile, family_of: HashMap<(i64, String), String>) -> Route {
+        Route {
             family_of,
-            blank: Replayer::new(profile, false, 100, 4096, false)?,
+            blank: Replayer::new(profile, false, 100, 4096, false),
             argv: Vec::new(),
-        })
+        }
     }
 
     /// `batch` with the routing columns appended.
@@ -56,15 +58,25 @@ impl Route {
         let result = (|| {
             for i in 0..n {
                 let db = dbs.get(i);
-                let fail = |what: String, argv: &[String]| {
-                    Failure::Row(format!(
-                        "routing failed at the event {}: {what}",
-                        describe_row(seqs.get(i), times.get(i), Some(argv), db)
-                    ))
+                let event = |argv: &[String]| {
+                    Box::new(Event {
+                        seq: seqs.get(i),
+                        ts_ms: times.get(i),
+                        argv: Some(argv.to_vec()),
+                        db,
+                    })
+                };
+                let fail = |kind: &'static str, detail: String, argv: &[String]| Failure::Routing {
+                    event: event(argv),
+                    kind,
+                    detail,
                 };
                 argvs
                     .fill(i, &mut argv)
-                    .map_err(|j| fail(format!("ValueError: argv element {j} is null"), &argv))?;
+                    .map_err(|index| Failure::RoutingNullArgument {
+                        event: event(&argv),
+                        index,
+                    })?;
                 let (scope, keys) = touched_keys(&argv);
                 scopes.append_value(scope);
                 commands.append_value(command_name(&argv));
@@ -90,8 +102,8 @@ impl Route {
                 } else {
                     let blank = &mut self.blank;
                     let outcome = guarded(|| blank.apply(0, 0, &argv, db, None, Unit::Follow))
-                        .map_err(|p| fail(format!("panic: {p}"), &argv))?
-                        .map_err(|e| fail(format!("ModelError: {e}"), &argv))?;
+                        .map_err(|p| fail("panic", p, &argv))?
+                        .map_err(|e| fail("ModelError", e, &argv))?;
                     kinds.append_value(outcome.kind);
                     errors.append_option(outcome.error.as_deref());
                 }

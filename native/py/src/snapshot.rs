@@ -1,10 +1,16 @@
 //! The state tables at a moment, rendered from a replayer: a port of
 //! `pelengine/model/snapshot.py` (`snapshot_columns`), same tables, same columns, same
 //! row order.
+//!
+//! A copy because it is output building on the hot path: every family's replay ends
+//! with it, one row per pending entry, consumer, group and open delivery record (a hot
+//! stream holds millions), built straight into Arrow columns. tests/native (test_face's
+//! `Replayer.snapshot` against `snapshot_columns`, row for row and in order, and the
+//! engines-equal property test) holds it equal.
 
-use pelmodel::commands::group_lag;
 use pelmodel::history::{append_incarnation, append_segment, IncarnationRows, SegmentRows};
 use pelmodel::ids::{format_id, id_parts};
+use pelmodel::lag::group_lag;
 use pelmodel::replay::Replayer;
 use pelmodel::state::{DeliveryRecord, INVALID_ENTRIES_READ};
 

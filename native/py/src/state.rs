@@ -1,7 +1,15 @@
-//! Keeping state (udf.py's keep-state path): a family's saved model read from the
-//! replay input's `state` column (`pelengine.schemas.SAVED_STATE_TYPE`) and written as
-//! the `state` table's row (`STATE_TYPE`), and `row_digest`, the order-free digest of
-//! every row a family received.
+//! Keeping state: a family's saved model read from the replay input's `state` column
+//! (`pelengine.schemas.SAVED_STATE_TYPE`) and written as the `state` table's row
+//! (`STATE_TYPE`), and `row_digest`, the order-free digest of every row a family
+//! received (the Python engine's are in `pelengine.engine.python.state`).
+//!
+//! Copies kept for speed: the state codec reads a saved model from Arrow straight into
+//! the Rust model (a hot family's model holds millions of pending entries; through
+//! Python objects it would cost what the replay saves), and `row_digest` runs once per
+//! event when state is kept, which is why it words Python's `repr` itself
+//! (`pelmodel::repr`). tests/native/test_state_native.py holds both equal to Python's:
+//! states saved by either engine resumed by the other, digests of random and odd rows,
+//! of every code point, and a corrupt saved state failing alike.
 //!
 //! A state saved by either engine loads in the other: the Arrow data is the plain data
 //! of `pelengine.model.persist` (`pelmodel::persist::StateData`), and a saved state
@@ -31,12 +39,14 @@ use pelmodel::persist::{
 };
 use pelmodel::replay::Replayer;
 
-use crate::describe::py_repr;
+use pelmodel::repr::py_repr;
+
 use crate::input::ColumnTypeError;
+use crate::profile::resolve_saved;
 
 // ---- row_digest ------------------------------------------------------------------------------
 
-/// Python's `repr((seq, ts_ms, argv, db, client, bool(marker)))`: what udf.py's
+/// Python's `repr((seq, ts_ms, argv, db, client, bool(marker)))`: what the Python engine's
 /// `row_digest` hashes.
 pub fn row_text(
     seq: i64,
@@ -75,7 +85,7 @@ pub fn row_text(
     text
 }
 
-/// udf.py's `row_digest`: a stable 63-bit digest of one replayed row (BLAKE2b of 8
+/// The Python engine's `row_digest`: a stable 63-bit digest of one replayed row (BLAKE2b of 8
 /// bytes of `row_text`, big-endian, shifted right by one), XOR-ed into `agg_x`.
 pub fn row_digest(
     seq: i64,
@@ -399,11 +409,11 @@ impl<'a> SavedColumn<'a> {
         Ok((data, agg("agg_n")?, agg("agg_x")?))
     }
 
-    /// udf.py's `load_state`: row `i`'s model (its counters zeroed) and its
-    /// `agg_n`/`agg_x`.
+    /// The Python engine's `load_state`: row `i`'s model (its counters zeroed) and its
+    /// `agg_n`/`agg_x`; the profile it names resolved by pelengine's resolver.
     pub fn load(&self, i: usize) -> Result<(Replayer, i64, i64), StateError> {
         let (data, agg_n, agg_x) = self.data(i)?;
-        let mut replayer = persist::load(&data)?;
+        let mut replayer = persist::load(&data, &resolve_saved)?;
         replayer.reset_counters();
         Ok((replayer, agg_n, agg_x))
     }
@@ -651,7 +661,7 @@ mod tests {
 
     #[test]
     fn digest_as_python() {
-        // python: udf.row_digest(1, 2, ["XADD", "s", "*"], 0, "c", False)
+        // python: pelengine.engine.python.state.row_digest(1, 2, ["XADD", "s", "*"], 0, "c", False)
         let argv: Vec<String> = ["XADD", "s", "*"].iter().map(|s| s.to_string()).collect();
         let d = row_digest(1, 2, Some(&argv), Some(0), Some("c"), false);
         assert_eq!(d, 3064059252167670510);

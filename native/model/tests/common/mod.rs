@@ -4,7 +4,36 @@
 
 #![allow(dead_code)]
 
-use pelmodel::Unit;
+use pelmodel::{Profile, Unit};
+
+/// The version profiles the tests run on, as `pelengine.model.replay.PROFILES` has
+/// them (the library has no table of profiles: its caller resolves them; the Python
+/// property tests run both engines on the real table).
+pub fn profiles() -> Vec<Profile> {
+    let profile = |name: &str, newer: bool, script_block: bool, strict_lag: bool| Profile {
+        name: name.to_string(),
+        active_time: newer,
+        eager_consumers: newer,
+        xsetid_checks_max_deleted: newer,
+        unit_time_snapshot: newer,
+        strict_lag,
+        script_block,
+    };
+    vec![
+        profile("7.0", false, false, false),
+        profile("7.2", true, false, false),
+        profile("7.4", true, true, false),
+        profile("valkey-8.1", true, true, true),
+    ]
+}
+
+/// The profile `name` of `profiles()`; else the error Python's resolver raises.
+pub fn profile(name: &str) -> Result<Profile, String> {
+    profiles()
+        .into_iter()
+        .find(|p| p.name == name)
+        .ok_or_else(|| format!("ValueError: unknown Redis version '{name}' (a test's)"))
+}
 
 /// xorshift64*: small and deterministic.
 pub struct Rng(pub u64);

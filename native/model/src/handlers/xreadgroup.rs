@@ -1,0 +1,421 @@
+//! XREADGROUP, and the readers it blocks: served after a later write to one of their
+//! keys (`serve_ready`).
+
+use crate::calls::{BlockedRead, Call, Profile};
+use crate::fail::{internal, overflow, Fail};
+use crate::ids::{incr_id, parse_ll, StreamId, MAX_ID, ZERO_ID};
+use crate::lag::{count_read, StreamStats};
+use crate::model::Model;
+use crate::recorder::{parts, GroupParts, Recorder};
+use crate::state::{Entries, Group, KeyRef, PendingEntry, Stream, Value};
+use crate::units::LUA_CLIENT;
+
+use super::{
+    arg, consumer_mut, get_or_create_consumer, ll, lower, stream_in, strict_id, touch_consumer,
+};
+
+/// 7.0 serves a blocked reader without COUNT this many entries
+pub const BLOCKED_DEFAULT_COUNT: i64 = 1000;
+
+/// Deliver entries after the group's last_id (a `>` read).
+#[allow(clippy::too_many_arguments)]
+fn serve_new(
+    hist: &mut Recorder,
+    profile: &Profile,
+    call: &Call,
+    key: &str,
+    stats: &StreamStats,
+    entries: &Entries,
+    group: &mut Group,
+    consumer: &str,
+    count: i64,
+    noack: bool,
+) -> Result<(), Fail> {
+    let now = call.now;
+    let g = parts(group);
+    let GroupParts {
+        last_id,
+        entries_read,
+        pel,
+        consumers,
+        mut rec,
+    } = g;
+    let start = incr_id(*last_id).unwrap_or(ZERO_ID);
+    let mut delivered: i64 = 0;
+    for &entry_id in entries.iter_from(start) {
+        delivered += 1;
+        if entry_id > *last_id {
+            count_read(stats, *last_id, entries_read, entry_id, profile.strict_lag)?;
+            *last_id = entry_id;
+        }
+        if !noack {
+            let exists = entries.contains(&entry_id);
+            match pel.get_mut(&entry_id) {
+                None => {
+                    let nack = pel
+                        .entry(entry_id)
+                        .or_insert_with(|| PendingEntry::new(Some(consumer.to_string()), now, 1));
+                    consumer_mut(consumers, consumer)?.pel.insert(entry_id);
+                    hist.record(
+                        call,
+                        call.db,
+                        key,
+                        &mut rec,
+                        entry_id,
+                        "delivered",
+                        None,
+                        Some(consumer),
+                        nack,
+                        None,
+                        exists,
+                    )?;
+                }
+                Some(nack) => {
+                    let previous = nack.consumer.take();
+                    if let Some(previous) = &previous {
+                        if let Some(owner) = consumers.get_mut(previous) {
+                            owner.pel.remove(&entry_id);
+                        }
+                    }
+                    nack.consumer = Some(consumer.to_string());
+                    nack.delivery_time = now;
+                    nack.delivery_count = 1;
+                    consumer_mut(consumers, consumer)?.pel.insert(entry_id);
+                    hist.record(
+                        call,
+                        call.db,
+                        key,
+                        &mut rec,
+                        entry_id,
+                        "reassigned",
+                        previous.as_deref(),
+                        Some(consumer),
+                        nack,
+                        None,
+                        exists,
+                    )?;
+                }
+            }
+            if profile.active_time {
+                consumer_mut(consumers, consumer)?.active_time = now;
+            }
+        }
+        if count != 0 && delivered == count {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Re-deliver the consumer's own pending entries from `start` (a history read).
+#[allow(clippy::too_many_arguments)]
+fn serve_history(
+    hist: &mut Recorder,
+    call: &Call,
+    key: &str,
+    entries: &Entries,
+    group: &mut Group,
+    consumer: &str,
+    start: StreamId,
+    count: i64,
+) -> Result<(), Fail> {
+    let GroupParts {
+        pel,
+        consumers,
+        mut rec,
+        ..
+    } = parts(group);
+    let owned = &consumer_mut(consumers, consumer)?.pel;
+    let limit = if count > 0 {
+        count as usize
+    } else {
+        usize::MAX
+    };
+    let ids: Vec<StreamId> = owned.range(start..).take(limit).copied().collect();
+    for entry_id in ids {
+        if entries.contains(&entry_id) {
+            let nack = pel
+                .get_mut(&entry_id)
+                .ok_or_else(|| internal("KeyError: a consumer's entry is not pending"))?;
+            let delivery_count = nack
+                .delivery_count
+                .checked_add(1)
+                .ok_or_else(|| overflow("delivery_count"))?;
+            nack.delivery_time = call.now;
+            nack.delivery_count = delivery_count;
+            hist.record(
+                call,
+                call.db,
+                key,
+                &mut rec,
+                entry_id,
+                "redelivered",
+                Some(consumer),
+                Some(consumer),
+                nack,
+                None,
+                true,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// XREADGROUP GROUP g c [COUNT n] [BLOCK ms] [NOACK] STREAMS key [key ...] id [id ...]
+///
+/// For each stream: with `>`, delivers entries after the group's last_id
+/// (COUNT limits; 0 or negative means all), advancing last_id and
+/// entries_read and creating PEL entries (count 1, time now) owned by the
+/// reader; an ID already pending is reassigned to the reader with its count
+/// reset to 1. NOACK delivers without PEL entries. With any other ID, re-reads
+/// the reader's own pending entries after that ID: each one still in the
+/// stream gets count+1 and time now; deleted ones stay pending untouched.
+/// Every key must exist with the group, or the command fails as a whole.
+///
+/// Side effects: 7.0 creates the consumer and refreshes its seen time only on
+/// a stream that is served (a history read, or a `>` read with entries after
+/// last_id); 7.2+ does so on every call, and sets active time on `>`
+/// deliveries that create PEL entries.
+///
+/// With BLOCK, a call that serves nothing blocks its client until a later write
+/// to one of its keys serves it (see `Replayer` and `Waits::block`), its timeout
+/// passes (`BLOCK 0`: never) or the client sends something else; inside an
+/// execution unit (MULTI, a script) it never blocks. A script may not name BLOCK at
+/// all on 7.0 and 7.2 (an error); 7.4 and Valkey accept it.
+pub fn xreadgroup(m: &mut Model, call: &Call) -> Result<(), Fail> {
+    let argv = &call.argv;
+    let argc = argv.len();
+    let mut group_name: Option<&str> = None;
+    let mut consumer_name: &str = "";
+    let mut count: i64 = 0;
+    let mut noack = false;
+    let mut block_ms: Option<i64> = None;
+    let mut streams_arg = 0usize;
+    let mut i = 1;
+    while i < argc {
+        let moreargs = argc - i - 1;
+        let low = lower(arg(argv, i)?);
+        if low == "block" && moreargs > 0 {
+            if call.client.as_deref() == Some(LUA_CLIENT) && !m.profile.script_block {
+                return Err(Fail::Command("block_in_script"));
+            }
+            i += 1;
+            let timeout = parse_ll(arg(argv, i)?).ok_or(Fail::Command("not_an_integer"))?;
+            if timeout < 0 {
+                return Err(Fail::Command("out_of_range"));
+            }
+            block_ms = Some(timeout);
+        } else if low == "count" && moreargs > 0 {
+            i += 1;
+            count = ll(arg(argv, i)?)?.max(0);
+        } else if low == "streams" && moreargs > 0 {
+            streams_arg = i + 1;
+            if !(argc - streams_arg).is_multiple_of(2) {
+                return Err(Fail::Command("syntax_error"));
+            }
+            break;
+        } else if low == "group" && moreargs >= 2 {
+            group_name = Some(arg(argv, i + 1)?);
+            consumer_name = arg(argv, i + 2)?;
+            i += 2;
+        } else if low == "noack" {
+            noack = true;
+        } else {
+            return Err(Fail::Command("syntax_error"));
+        }
+        i += 1;
+    }
+    let Some(group_name) = group_name.filter(|_| streams_arg != 0) else {
+        return Err(Fail::Command("syntax_error"));
+    };
+    let nstreams = (argc - streams_arg) / 2;
+    let keys = &argv[streams_arg..streams_arg + nstreams];
+    let ids = &argv[streams_arg + nstreams..];
+    let mut targets: Vec<(&str, Option<StreamId>)> = Vec::with_capacity(nstreams);
+    for (key, id_text) in keys.iter().zip(ids) {
+        let found = match m.lookup_stream(call.db, key)? {
+            Some(stream) => stream.groups.contains_key(group_name),
+            None => false,
+        };
+        if !found {
+            return Err(Fail::Command("nogroup"));
+        }
+        if id_text == "$" || (id_text == "+" && m.profile.name != "7.0") {
+            return Err(Fail::Command("syntax_error"));
+        }
+        if id_text == ">" {
+            targets.push((key, None));
+        } else {
+            let given = strict_id(id_text)?;
+            targets.push((key, if given == MAX_ID { None } else { Some(given) }));
+        }
+    }
+    let profile = m.profile;
+    let now = call.now;
+    let mut served = false;
+    for (key, gt) in targets {
+        let eager = profile.eager_consumers;
+        let stream = stream_in(m.keys, call.db, key)?;
+        let stats = StreamStats::of(stream);
+        let Stream {
+            entries, groups, ..
+        } = stream;
+        let group = groups
+            .get_mut(group_name)
+            .ok_or_else(|| internal("KeyError: the group vanished"))?;
+        if let Some(gt) = gt {
+            touch_consumer(&mut group.consumers, consumer_name, now);
+            let start = incr_id(gt).unwrap_or(ZERO_ID);
+            serve_history(
+                &mut m.hist,
+                call,
+                key,
+                entries,
+                group,
+                consumer_name,
+                start,
+                count,
+            )?;
+            served = true;
+            continue;
+        }
+        let serve = matches!(entries.last(), Some(last) if *last > group.last_id);
+        if eager || serve {
+            touch_consumer(&mut group.consumers, consumer_name, now);
+            if serve {
+                serve_new(
+                    &mut m.hist,
+                    profile,
+                    call,
+                    key,
+                    &stats,
+                    entries,
+                    group,
+                    consumer_name,
+                    count,
+                    noack,
+                )?;
+                served = true;
+            }
+        }
+    }
+    if !served {
+        if let Some(block_ms) = block_ms {
+            if !m.waits.in_transaction(call.client.as_deref()) {
+                m.waits.block(
+                    call,
+                    keys,
+                    group_name,
+                    consumer_name,
+                    count,
+                    noack,
+                    block_ms,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Redis 7.0 serving a reader blocked on `key` after the key was signalled.
+///
+/// Returns true when the reader is unblocked: served (entries after the group's
+/// last_id; COUNT or 1000 of them; consumer created or its seen time refreshed
+/// now), or ended because the key is gone, is no stream, or lost the group.
+pub fn serve_blocked_7_0(
+    m: &mut Model,
+    call: &Call,
+    key: &str,
+    blocked: &BlockedRead,
+) -> Result<bool, Fail> {
+    let profile = m.profile;
+    let Some(Value::Stream(stream)) = m.keys.get_mut(&KeyRef(call.db, key)) else {
+        return Ok(true);
+    };
+    let stats = StreamStats::of(stream);
+    let Stream {
+        entries,
+        groups,
+        last_id,
+        ..
+    } = stream;
+    let Some(group) = groups.get_mut(&blocked.group) else {
+        return Ok(true);
+    };
+    if *last_id <= group.last_id {
+        return Ok(false);
+    }
+    get_or_create_consumer(&mut group.consumers, &blocked.consumer, call.now).seen_time = call.now;
+    let count = if blocked.count != 0 {
+        blocked.count
+    } else {
+        BLOCKED_DEFAULT_COUNT
+    };
+    serve_new(
+        &mut m.hist,
+        profile,
+        call,
+        key,
+        &stats,
+        entries,
+        group,
+        &blocked.consumer,
+        count,
+        blocked.noack,
+    )?;
+    Ok(true)
+}
+
+/// After a command (or a unit): serve, in the order the keys were signalled and
+/// then in blocking order, the readers of every signalled key.
+pub fn serve_ready(m: &mut Model) -> Result<(), Fail> {
+    while let Some(((db, key), signalled)) = m.waits.ready.shift_remove_index(0) {
+        let trigger = signalled
+            .or(m.waits.current)
+            .ok_or_else(|| internal("AssertionError: no trigger"))?;
+        let waiting: Vec<BlockedRead> = m
+            .waits
+            .blocked
+            .iter()
+            .filter(|b| b.db == db && b.keys.contains(&key))
+            .cloned()
+            .collect();
+        for blocked in waiting {
+            let Some(position) = m.waits.blocked.iter().position(|b| *b == blocked) else {
+                continue;
+            };
+            let call = Call::new(
+                trigger.seq,
+                trigger.now,
+                db,
+                blocked.client.clone(),
+                blocked.argv.clone(),
+                "XREADGROUP",
+                Some(blocked.seq),
+            );
+            if !m.profile.eager_consumers {
+                if serve_blocked_7_0(m, &call, &key, &blocked)? {
+                    if let Some(position) = m.waits.blocked.iter().position(|b| *b == blocked) {
+                        m.waits.blocked.remove(position);
+                    }
+                }
+                continue;
+            }
+            // 7.2+: the blocked command runs again; it blocks again (behind the
+            // others) when it still finds nothing, keeping its deadline.
+            m.waits.blocked.remove(position);
+            let before = m.waits.blocked.len();
+            match xreadgroup(m, &call) {
+                Err(Fail::Command(_)) => continue,
+                Err(fail) => return Err(fail),
+                Ok(()) => {}
+            }
+            if m.waits.blocked.len() > before {
+                if let Some(last) = m.waits.blocked.last_mut() {
+                    last.deadline = blocked.deadline;
+                }
+            }
+        }
+    }
+    Ok(())
+}
