@@ -8,6 +8,7 @@ a name ``pelengine.model.get_profile`` resolves. The exceptions are pelengine's 
 from typing import Any
 
 import pyarrow as pa
+
 from pelengine.engine.errors import ReplayRowError as ReplayRowError
 from pelengine.engine.errors import SeqOrderError as SeqOrderError
 from pelengine.model.calls import Profile
@@ -29,10 +30,11 @@ def row_digest(
     """The Python engine's ``row_digest``: the 63-bit digest of one replayed row."""
 
 class Router:
-    """The router of one partition (as ``pelengine.engine.python.Router``): ``route(batch)`` returns
-    the batch with ``command``, ``scope``, ``families``, ``pre_kind``, ``pre_error``,
-    ``group`` and ``group_only`` appended. ``family_of``: ``{(db, key): family}`` of the
-    keys commands tie together (any other key is its own family)."""
+    """The router of one partition (as ``pelengine.engine.python.Router``):
+    ``route(batch)`` returns the batch with ``command``, ``scope``, ``families``,
+    ``pre_kind``, ``pre_error``, ``group`` and ``group_only`` appended. ``family_of``:
+    ``{(db, key): family}`` of the keys commands tie together (any other key is its own
+    family)."""
 
     def __init__(self, profile: Profile | str, family_of: dict[tuple[int, str], str]) -> None: ...
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
@@ -42,9 +44,10 @@ def _overflow_for_test(n: int) -> int:
     ``RuntimeError`` (an overflow panic caught), never wraps, never aborts."""
 
 class FamilyReplay:
-    """The replay of one family of stream keys (as ``pelengine.engine.python.FamilyReplay``). ``keep_state``: count
-    and digest the rows, end with the model as a ``state`` row naming ``state_key`` (db,
-    family); a row whose ``state`` is set carries a saved model, seeding the replay."""
+    """The replay of one family of stream keys (as ``pelengine.engine.python.FamilyReplay``):
+    ``keep_state``: count and digest the rows, end with the model as a ``state`` row naming
+    ``state_key`` (db, family); a row whose ``state`` is set carries a saved model, seeding
+    the replay."""
 
     def __init__(
         self,

@@ -31,14 +31,21 @@ def family_label(db: int | None, family: str | None, groups: Iterable[str] | Non
     return f"db={db} family={family!r}" + ("" if groups is None else f" groups={sorted(groups)}")
 
 
-def describe_row(
-    seq: int | None, ts_ms: int | None, argv: Sequence[str] | None, db: int | None
-) -> str:
+# an event as the errors name it: (seq, ts_ms, argv, db), as the input had them
+Event = tuple[int | None, int | None, Sequence[str] | None, int | None]
+
+
+def describe_row(event: Event) -> str:
     """``seq 5 (ts_ms 1000, db 0, argv ['XADD', 's', '*'])``: at most 8 arguments, each
     cut to 40 characters."""
+    seq, ts_ms, argv, db = event
     shown = [a if len(a) <= 40 else a[:37] + "..." for a in (argv or [])[:8]]
     more = f" ... ({len(argv or [])} args)" if argv and len(argv) > 8 else ""
     return f"seq {seq} (ts_ms {ts_ms}, db {db}, argv {shown}{more})"
+
+
+def _failed_at(who: str, event: Event, kind: str, detail: str) -> ReplayRowError:
+    return ReplayRowError(f"{who} failed at the event {describe_row(event)}: {kind}: {detail}")
 
 
 def seq_order_error(family: str, seq: int, last: int) -> SeqOrderError:
@@ -48,57 +55,26 @@ def seq_order_error(family: str, seq: int, last: int) -> SeqOrderError:
     )
 
 
-def replay_row_error(
-    family: str,
-    seq: int | None,
-    ts_ms: int | None,
-    argv: Sequence[str] | None,
-    db: int | None,
-    kind: str,
-    detail: str,
-) -> ReplayRowError:
+def replay_row_error(family: str, event: Event, kind: str, detail: str) -> ReplayRowError:
     """The model failed on an event of ``family``'s replay: ``kind`` is the exception's
     class (the native core: ``ModelError``, or ``panic`` for a fault of the core)."""
-    return ReplayRowError(
-        f"replay of {family} failed at the event {describe_row(seq, ts_ms, argv, db)}: "
-        f"{kind}: {detail}"
-    )
+    return _failed_at(f"replay of {family}", event, kind, detail)
 
 
-def routing_row_error(
-    seq: int | None,
-    ts_ms: int | None,
-    argv: Sequence[str] | None,
-    db: int | None,
-    kind: str,
-    detail: str,
-) -> ReplayRowError:
+def routing_row_error(event: Event, kind: str, detail: str) -> ReplayRowError:
     """The router failed on an event (as ``replay_row_error``)."""
-    return ReplayRowError(
-        f"routing failed at the event {describe_row(seq, ts_ms, argv, db)}: {kind}: {detail}"
-    )
+    return _failed_at("routing", event, kind, detail)
 
 
-def routing_null_argv(
-    seq: int | None, ts_ms: int | None, argv: Sequence[str], db: int | None, index: int
-) -> ReplayRowError:
+def routing_null_argv(event: Event, index: int) -> ReplayRowError:
     """The router got an event whose argument ``index`` is null (the validation stage
-    rejects such rows before routing); ``argv``: what was read of it."""
-    return routing_row_error(seq, ts_ms, argv, db, "ValueError", f"argv element {index} is null")
+    rejects such rows before routing); its argv: what was read of it."""
+    return routing_row_error(event, "ValueError", f"argv element {index} is null")
 
 
-def model_row_error(
-    seq: int | None,
-    ts_ms: int | None,
-    argv: Sequence[str] | None,
-    db: int | None,
-    kind: str,
-    detail: str,
-) -> ReplayRowError:
+def model_row_error(event: Event, kind: str, detail: str) -> ReplayRowError:
     """The model, applied one event at a time (the native ``Replayer``), failed on one."""
-    return ReplayRowError(
-        f"the model failed at the event {describe_row(seq, ts_ms, argv, db)}: {kind}: {detail}"
-    )
+    return _failed_at("the model", event, kind, detail)
 
 
 def replay_end_error(family: str, detail: str) -> ReplayRowError:
@@ -111,18 +87,9 @@ def snapshot_error(family: str, detail: str) -> ReplayRowError:
     return ReplayRowError(f"snapshot of {family} failed: {detail}")
 
 
-def event_without(
-    family: str,
-    column: str,
-    seq: int | None,
-    ts_ms: int | None,
-    argv: Sequence[str] | None,
-    db: int | None,
-) -> ValueError:
+def event_without(family: str, column: str, event: Event) -> ValueError:
     """An event of ``family``'s replay without its ``seq`` or ``ts_ms``."""
-    return ValueError(
-        f"replay of {family}: the event {describe_row(seq, ts_ms, argv, db)} has no {column}"
-    )
+    return ValueError(f"replay of {family}: the event {describe_row(event)} has no {column}")
 
 
 def replay_null_argv(family: str, seq: int | None, index: int) -> ValueError:

@@ -12,8 +12,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use pelmodel::persist::StateError;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
-use pyo3::IntoPyObjectExt;
 
 /// The event a failure happened at, as the input had it.
 #[derive(Clone, Debug, Default)]
@@ -108,74 +106,65 @@ impl Failure {
     }
 
     fn raised(self, py: Python<'_>) -> PyResult<PyErr> {
-        // (the wording function of `pelengine.engine.errors`, its arguments)
-        let (function, args): (&str, Vec<Bound<'_, PyAny>>) = match self {
-            Failure::SeqOrder { family, seq, last } => (
-                "seq_order_error",
-                vec![any(py, family)?, any(py, seq)?, any(py, last)?],
-            ),
+        // an event as the wording functions take it: (seq, ts_ms, argv, db)
+        let ev = |e: Box<Event>| (e.seq, e.ts_ms, e.argv, e.db);
+        // the wording function of `pelengine.engine.errors`, and its arguments
+        let (function, args) = match self {
+            Failure::SeqOrder { family, seq, last } => {
+                ("seq_order_error", (family, seq, last).into_pyobject(py)?)
+            }
             Failure::Row {
                 family,
                 event,
                 kind,
                 detail,
-            } => {
-                let mut args = vec![any(py, family)?];
-                args.extend(event_args(py, *event)?);
-                args.extend([any(py, kind)?, any(py, detail)?]);
-                ("replay_row_error", args)
-            }
+            } => (
+                "replay_row_error",
+                (family, ev(event), kind, detail).into_pyobject(py)?,
+            ),
             Failure::AtEnd { family, detail } => {
-                ("replay_end_error", vec![any(py, family)?, any(py, detail)?])
+                ("replay_end_error", (family, detail).into_pyobject(py)?)
             }
             Failure::Snapshot { family, detail } => {
-                ("snapshot_error", vec![any(py, family)?, any(py, detail)?])
+                ("snapshot_error", (family, detail).into_pyobject(py)?)
             }
             Failure::Without {
                 family,
                 column,
                 event,
-            } => {
-                let mut args = vec![any(py, family)?, any(py, column)?];
-                args.extend(event_args(py, *event)?);
-                ("event_without", args)
-            }
-            Failure::NullArgument { family, seq, index } => (
-                "replay_null_argv",
-                vec![any(py, family)?, any(py, seq)?, any(py, index)?],
+            } => (
+                "event_without",
+                (family, column, ev(event)).into_pyobject(py)?,
             ),
+            Failure::NullArgument { family, seq, index } => {
+                ("replay_null_argv", (family, seq, index).into_pyobject(py)?)
+            }
             Failure::Routing {
                 event,
                 kind,
                 detail,
-            } => {
-                let mut args = event_args(py, *event)?;
-                args.extend([any(py, kind)?, any(py, detail)?]);
-                ("routing_row_error", args)
-            }
+            } => (
+                "routing_row_error",
+                (ev(event), kind, detail).into_pyobject(py)?,
+            ),
             Failure::RoutingNullArgument { event, index } => {
-                let mut args = event_args(py, *event)?;
-                args.push(any(py, index)?);
-                ("routing_null_argv", args)
+                ("routing_null_argv", (ev(event), index).into_pyobject(py)?)
             }
             Failure::Model {
                 event,
                 kind,
                 detail,
-            } => {
-                let mut args = event_args(py, *event)?;
-                args.extend([any(py, kind)?, any(py, detail)?]);
-                ("model_row_error", args)
-            }
-            Failure::Plain(message) => ("ReplayRowError", vec![any(py, message)?]),
+            } => (
+                "model_row_error",
+                (ev(event), kind, detail).into_pyobject(py)?,
+            ),
+            Failure::Plain(message) => ("ReplayRowError", (message,).into_pyobject(py)?),
             Failure::Type(m) => return Ok(PyTypeError::new_err(m)),
             Failure::Value(m) => return Ok(PyValueError::new_err(m)),
             Failure::Runtime(m) => return Ok(PyRuntimeError::new_err(m)),
             Failure::State(e) => return Ok(state_error(py, e)),
         };
-        let exception = errors_module(py)?
-            .getattr(function)?
-            .call1(PyTuple::new(py, args)?)?;
+        let exception = errors_module(py)?.getattr(function)?.call1(args)?;
         Ok(PyErr::from_value(exception))
     }
 }
@@ -200,20 +189,6 @@ pub fn state_error(py: Python<'_>, e: StateError) -> PyErr {
         Ok(exception) => PyErr::from_value(exception),
         Err(e) => e,
     }
-}
-
-fn any<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<Bound<'py, PyAny>> {
-    value.into_bound_py_any(py)
-}
-
-/// `seq, ts_ms, argv, db` of an event, as the wording functions take them.
-fn event_args(py: Python<'_>, event: Event) -> PyResult<Vec<Bound<'_, PyAny>>> {
-    Ok(vec![
-        any(py, event.seq)?,
-        any(py, event.ts_ms)?,
-        any(py, event.argv)?,
-        any(py, event.db)?,
-    ])
 }
 
 /// The text of a panic's payload.

@@ -474,8 +474,10 @@ impl Family {
 }
 
 /// Counters of the non-fan-out commands this replay applied, per command and outcome
-/// (the Python engine's `stat_columns`): fan-out commands are counted once per event by the
-/// pipeline, from `outcome` rows, so they are subtracted here.
+/// (the Python engine's `stat_columns`): fan-out commands are counted once per event by
+/// the pipeline, from `outcome` rows, so they are subtracted here. Built here as well
+/// as in Python because `finish` hands every table on as Arrow, from the counters the
+/// Rust model keeps; test_udf_equal and test_face hold the `stats` tables equal.
 pub fn stat_cols(replayer: &Replayer, fanout: &[((&'static str, Option<String>), i64)]) -> Cols {
     let c = &replayer.counters;
     let mut rows = Cols::new(STAT_COLUMNS);

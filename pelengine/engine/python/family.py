@@ -196,9 +196,8 @@ class FamilyReplay:
         try:
             outcome = r.apply(seq, ts_ms, argv, db, client, exec_unit)
         except Exception as exc:
-            raise replay_row_error(
-                self._family, seq, ts_ms, argv, db, type(exc).__name__, str(exc)
-            ) from exc
+            event = (seq, ts_ms, argv, db)
+            raise replay_row_error(self._family, event, type(exc).__name__, str(exc)) from exc
         finally:
             if silent:
                 r.counters, r.notes = counted

@@ -63,7 +63,8 @@ class Router:
                     batch.column(c)[i].as_py() if c in batch.schema.names else None
                     for c in ("seq", "ts_ms")
                 )
-                raise routing_row_error(seq, ts_ms, argv, db, type(exc).__name__, str(exc)) from exc
+                event = (seq, ts_ms, argv, db)
+                raise routing_row_error(event, type(exc).__name__, str(exc)) from exc
         return pa.RecordBatch.from_arrays(
             [
                 *batch.columns,
