@@ -224,7 +224,7 @@ def test_describe_failure_finds_the_worker_error_line() -> None:
     wrapped = PythonException(
         "\n  An exception was thrown from the Python worker. Please see the stack trace below."
         '\nTraceback (most recent call last):\n  File "udf.py", line 9, in replay\n'
-        "    raise ReplayRowError(...)\npelengine.engine.udf.ReplayRowError: replay of db=0 "
+        "    raise ReplayRowError(...)\npelengine.engine.errors.ReplayRowError: replay of db=0 "
         "family='s' failed at the event seq 7 (ts_ms 5, db 0, argv ['XADD']): KeyError: 'x'\n"
     )
     assert cli.describe_failure(wrapped) == (
