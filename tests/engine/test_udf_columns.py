@@ -114,7 +114,7 @@ def _same(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> None:
 def test_replay_writes_the_models_rows(
     monkeypatch: pytest.MonkeyPatch, input_rows: int, output_rows: int
 ) -> None:
-    monkeypatch.setattr(udf, "OUTPUT_BATCH_ROWS", output_rows)
+    monkeypatch.setattr(arrow, "OUTPUT_BATCH_ROWS", output_rows)
     rows = _events()
     replay = udf.make_replay_function(Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ)
     got = _got(list(replay((pa.scalar(0), pa.scalar("f")), iter(_batches(rows, input_rows)))))
