@@ -1,5 +1,5 @@
 //! One handler per Redis command, applying its effects to the model, and the table
-//! of the commands the model follows (`lookup`).
+//! of the commands the model follows (`stream_command`, `other_writer`).
 //!
 //! Every handler receives the model (`Model`: the keyspace, the history recorder and
 //! the wait queue, borrowed apart from the `Replayer` so that a handler can change a
