@@ -1,6 +1,12 @@
 //! Output rows column by column (`Cols`, the counterpart of Python's `calls.Columns`)
-//! and their Arrow batches: in a schema the caller gives (`to_batches`), or in the
-//! types of `pelengine.schemas.REPLAY_COLUMN_TYPES` (`to_batch`).
+//! and their Arrow batches: in a schema the caller gives (`to_batches`, the Python
+//! engine's `table_batches`), or in the types of `pelengine.schemas.REPLAY_COLUMN_TYPES`
+//! (`to_batch`).
+//!
+//! Output building on the hot path (every history row of every event), so the native
+//! engine builds its Arrow batches itself, from the model's packed columns, with no
+//! Python object per row; test_udf_equal and test_face hold the batches of the two
+//! engines equal, table by table.
 
 use std::collections::HashSet;
 use std::ops::Range;
