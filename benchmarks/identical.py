@@ -189,7 +189,14 @@ class Runner:
         t0 = time.monotonic()
         env = {**os.environ, "PELENGINE_STORE": os.environ.get("PELENGINE_STORE", "embedded")}
         proc = subprocess.run(
-            [self.pelengine, *args], capture_output=True, text=True, check=False, env=env
+            [self.pelengine, *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=env,
+            # not the caller's folder: Spark's Python workers put their working folder
+            # first on sys.path, and a checkout there would shadow the one measured
+            cwd=self.work,
         )
         if proc.returncode not in ok:
             sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
