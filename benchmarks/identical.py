@@ -229,29 +229,14 @@ class Runner:
             shutil.rmtree(out, ignore_errors=True)
             shutil.rmtree(events, ignore_errors=True)
             shutil.copytree(first, events)
-            print(f"{name} [{engine}] night 1", flush=True)
-            self.cli(
-                "reconstruct",
-                "--events",
-                str(events),
-                "--out",
-                str(out),
-                "--engine",
-                engine,
-                "--incremental",
-            )
-            _append(events, second)
-            print(f"{name} [{engine}] night 2", flush=True)
-            self.cli(
-                "reconstruct",
-                "--events",
-                str(events),
-                "--out",
-                str(out),
-                "--engine",
-                engine,
-                "--incremental",
-            )
+            for night in (1, 2):
+                if night == 2:
+                    _append(events, second)
+                print(f"{name} [{engine}] night {night}", flush=True)
+                self.cli(
+                    "reconstruct", "--events", str(events), "--out", str(out),
+                    "--engine", engine, "--incremental",
+                )  # fmt: skip
             self.results[f"{name}/{engine}"] = root_digests(out)
 
 
