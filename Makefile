@@ -9,6 +9,9 @@ CONF   ?= conf/local.yaml
 # own Spark session and servers; most tests wait on a JVM or a server, so two workers
 # on two cores take ~2/3 of the time one does.
 TEST_WORKERS ?= 2
+# make identical: where the logs are written once, and this checkout's digests (IDENTICAL_ARGS=--big adds 1M events)
+IDENTICAL_LOGS ?= /tmp/pelengine-identical-logs
+IDENTICAL_OUT ?= identical.json
 DEMO   ?= demo
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 WHEEL  := dist/pelengine-$(VERSION)-py3-none-any.whl
@@ -147,6 +150,10 @@ bench-groups: install ## one stream, 16 groups: the job split by group against o
 	$(BIN)/python benchmarks/many_groups.py $(BENCH_ARGS)
 bench-udf: install ## the replay UDF alone, in-process: CPU-s per 1M events (300k events; BENCH_ARGS="--events 1M")
 	$(BIN)/python benchmarks/replay_udf.py $(BENCH_ARGS)
+
+identical: install ## digest every table of fixed runs of this checkout into IDENTICAL_OUT (a restructuring compares two: benchmarks/identical.py compare A B)
+	@test -d $(IDENTICAL_LOGS) || $(BIN)/python benchmarks/identical.py logs $(IDENTICAL_LOGS)
+	$(BIN)/python benchmarks/identical.py digest $(IDENTICAL_LOGS) $(IDENTICAL_OUT) $(IDENTICAL_ARGS)
 
 dist: install ## into dist/: the pure wheel, the same as a .zip (--py-files), the native wheel (cp311-abi3, manylinux x86_64)
 	rm -rf build dist
