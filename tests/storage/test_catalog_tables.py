@@ -37,6 +37,7 @@ import pytest
 from pelengine import cli, storage
 from pelengine.commands.args import reconstruct_output
 from pelengine.settings import ConfigError, load_config
+from pelengine.storage import jars
 
 # ---- names -------------------------------------------------------------------------------
 
@@ -159,7 +160,7 @@ def test_sql_needs_an_output(capsys: pytest.CaptureFixture[str]) -> None:
 
 def _says_what_to_do(err: str) -> None:
     assert "need delta-spark" in err
-    assert "make install" in err and "--jars" in err and storage.DELTA_CATALOG in err
+    assert "make install" in err and "--jars" in err and jars.DELTA_CATALOG in err
     assert "--out PATH" in err and "CREATE TABLE" in err
     assert "Traceback" not in err
 
