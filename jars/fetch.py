@@ -12,8 +12,8 @@ own jars/ folder). Sessions the project builds find them there
     python jars/fetch.py            # fetch unless jars/lib already holds this coordinate
     python jars/fetch.py --check    # exit 0 when they are there, 1 otherwise
 
-Nothing is downloaded when a Spark session starts (no spark.jars.packages): parallel JVMs
-race on Ivy's cache, and a job should not need the network to start.
+Nothing is downloaded when a Spark session starts (Spark never resolves Maven coordinates
+itself): parallel JVMs race on Ivy's cache, and a job should not need the network to start.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ class SessionFacts:
 
     @classmethod
     def of(cls, spark: SparkSession) -> SessionFacts:
-        jars = ",".join(_conf(spark, k) for k in ("spark.jars", "spark.jars.packages"))
+        jars = _conf(spark, "spark.jars")
         remote = is_remote_session(spark)
         return cls(
             probe_connect_delta(spark) if remote else probe_jvm_delta(spark),
@@ -174,7 +174,7 @@ def choose_storage_mode(
     (:data:`CONNECT_NEEDS_DELTA_SPARK`): the embedded store is not offered over Connect."""
     if facts.has_delta_class is False and "delta-spark" in facts.jars and not facts.remote:
         raise StorageSetupError(
-            "this session was given delta-spark's jars (spark.jars or spark.jars.packages) "
+            "this session was given delta-spark's jars (spark.jars) "
             "but its JVM cannot load Delta Lake's classes: the jars came after the JVM "
             "started (a Spark session already running in this process, or a conf set on a "
             "running session). Give them when the JVM starts: spark-submit --jars, or the "

@@ -3,8 +3,8 @@
 delta-spark (Delta Lake on the JVM) is its jars on Spark's classpath plus its SQL extension and
 catalog, all given when the JVM starts: `make install` fetches the jars once into
 ``jars/lib`` (``jars/fetch.py``), and :func:`session_conf` hands them to the session
-builder as ``spark.jars``. Nothing is downloaded at session start (no
-``spark.jars.packages``). Without them the embedded delta-rs store serves
+builder as ``spark.jars``. Nothing is downloaded at session start: no Maven resolution
+by Spark, whose Ivy cache parallel JVMs race on. Without them the embedded delta-rs store serves
 (:mod:`pelengine.storage.embedded`).
 
 The choice is the configuration's ``storage.store``: ``auto`` (delta-spark when its

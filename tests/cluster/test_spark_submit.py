@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -42,6 +40,7 @@ from pelengine.schemas import OUTPUT_TABLES
 from pelengine.settings import Settings
 from pelengine.storage.jars import DELTA_CATALOG, DELTA_EXTENSION
 from tests.conftest import STORE
+from tests.processes import free_port, group_alive, stop_group, tail
 
 # on delta-spark (--jars) in make test's first pass, on the embedded store in its second
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.stores]
@@ -52,12 +51,6 @@ EVENTS, KEYS, SEED = 2000, 6, 11
 CORES = 2
 REGISTER_TIMEOUT_S = 90
 SUBMIT_TIMEOUT_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # Short-lived JVMs on a small machine: the C1 compiler only and the serial collector cost
@@ -89,49 +82,6 @@ def _spark_env(conf_dir: Path | None = None) -> dict[str, str]:
     return env
 
 
-def _group_alive(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group `pgid` (Linux /proc)."""
-    alive = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state != "Z":
-            alive.append(int(entry))
-    return alive
-
-
-def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = 15.0) -> None:
-    """SIGTERM the process group `proc` leads (started in a new session: its pid is the
-    group id), then SIGKILL what is left; returns when no process of the group is alive."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the leader
-            if not _group_alive(proc.pid):
-                break
-            time.sleep(0.2)
-        if not _group_alive(proc.pid):
-            break
-    proc.wait(timeout=10)
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} unreadable)"
-
-
 @dataclass
 class Standalone:
     """A running master and worker."""
@@ -152,9 +102,9 @@ class Standalone:
                 if p.poll() is not None:
                     pytest.fail(
                         f"a Spark daemon exited with {p.returncode}:\n"
-                        + _tail(self.logs / "master.log")
+                        + tail(self.logs / "master.log")
                         + "\n"
-                        + _tail(self.logs / "worker.log")
+                        + tail(self.logs / "worker.log")
                     )
             try:
                 if self.state().get("aliveworkers", 0) >= 1:
@@ -164,7 +114,7 @@ class Standalone:
             time.sleep(0.5)
         pytest.fail(
             f"no worker registered with {self.url} within {timeout_s} s:\n"
-            + _tail(self.logs / "worker.log")
+            + tail(self.logs / "worker.log")
         )
 
 
@@ -174,7 +124,7 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
     the test, also when it fails, and check nothing of them is left."""
     logs = tmp_path / "spark-logs"
     logs.mkdir()
-    port, ui_port = _free_port(), _free_port()
+    port, ui_port = free_port(), free_port()
     cluster = Standalone(f"spark://127.0.0.1:{port}", ui_port, logs)
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     env = _spark_env(tmp_path / "spark-conf")
@@ -201,7 +151,7 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
             "--host",
             "127.0.0.1",
             "--webui-port",
-            str(_free_port()),
+            str(free_port()),
             "--work-dir",
             str(tmp_path / "spark-work"),
         ],
@@ -223,8 +173,8 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
         yield cluster
     finally:
         for proc in reversed(cluster.procs):
-            _stop_group(proc)
-        left = {p.pid: _group_alive(p.pid) for p in cluster.procs if _group_alive(p.pid)}
+            stop_group(proc)
+        left = {p.pid: group_alive(p.pid) for p in cluster.procs if group_alive(p.pid)}
         assert not left, f"Spark processes still running (process group: pids): {left}"
 
 
@@ -381,8 +331,8 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
             lap("local run")
             code = proc.wait(timeout=SUBMIT_TIMEOUT_S)
         finally:
-            _stop_group(proc, grace_s=5.0)
-    assert code == 0, f"spark-submit exited with {code}:\n{_tail(stderr, 60)}"
+            stop_group(proc, grace_s=5.0)
+    assert code == 0, f"spark-submit exited with {code}:\n{tail(stderr, 60)}"
     lap("spark-submit")
 
     report = json.loads((Path(out) / "_run_report.json").read_text())

@@ -24,7 +24,6 @@ import functools
 import io
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -57,6 +56,7 @@ from pelengine.storage.jars import (
     find_delta_jars,
 )
 from pelengine.synth import generate_events
+from tests.processes import free_port, group_alive, stop_group, tail
 
 # the tests with a Spark session or a Connect server are marked spark one by one: the
 # rest decide on facts handed to them, with no session
@@ -74,35 +74,6 @@ TABLES = (*OUTPUT_TABLES, "rejected_events")
 
 
 # ---- the servers ------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _group_alive(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid`` (Linux /proc)."""
-    alive = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(int(entry))
-    return alive
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"({path} unreadable)"
 
 
 @dataclass
@@ -126,39 +97,28 @@ class Server:
         while not self.ready:
             if self.proc.poll() is not None:
                 pytest.fail(
-                    f"the {self.name} server exited ({self.proc.returncode}):\n{_tail(self.log)}"
+                    f"the {self.name} server exited ({self.proc.returncode}):\n{tail(self.log)}"
                 )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     self.ready = True
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"the {self.name} server did not listen:\n{_tail(self.log)}")
+                    pytest.fail(f"the {self.name} server did not listen:\n{tail(self.log)}")
                 time.sleep(0.3)
         return self.url
 
     def stop(self) -> None:
-        """SIGTERM the process group, then SIGKILL what is left; returns when none of its
-        processes (the JVM, its Python workers) is alive."""
-        for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            deadline = time.monotonic() + wait_s
-            while time.monotonic() < deadline:
-                self.proc.poll()  # reap the leader
-                if not _group_alive(self.proc.pid):
-                    break
-                time.sleep(0.2)
-            if not _group_alive(self.proc.pid):
-                break
-        self.proc.wait(timeout=10)
-        assert not _group_alive(self.proc.pid), f"the {self.name} server left processes behind"
+        """Stop the process group; returns when none of its processes (the JVM, its Python
+        workers) is alive."""
+        stop_group(self.proc, grace_s=20.0)
+        assert not group_alive(self.proc.pid), f"the {self.name} server left processes behind"
 
 
 def _start_server(name: str, logs: Path, *, delta: bool) -> Server:
     """Start (not wait for) a local[2] Spark Connect server; ``delta``: with delta-spark's
     jars (the checkout's jars/lib), its extension and catalog, as docs/deploy.md says."""
-    port = _free_port()
+    port = free_port()
     args = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", CONNECT_SERVER]
     args += ["--master", "local[2]", "--driver-memory", "1g"]
     confs = {

@@ -24,6 +24,7 @@ from pelengine.storage import SessionFacts, StorageSetupError, choose_storage_mo
 from pelengine.storage.jars import (
     DELTA_CATALOG,
     DELTA_EXTENSION,
+    LOCAL_DELTA_CONF,
     StoreChoiceError,
     find_delta_jars,
     session_conf,
@@ -137,7 +138,13 @@ def test_session_conf_puts_the_jars_extension_and_catalog(
     )
     assert choice.conf["spark.sql.extensions"] == "my.Ext," + DELTA_EXTENSION
     assert choice.conf["spark.sql.catalog.spark_catalog"] == DELTA_CATALOG
-    assert "spark.jars.packages" not in choice.conf, "nothing is downloaded at session start"
+    # nothing else: the jars by path, never coordinates Spark would download at session start
+    assert set(choice.conf) == {
+        "spark.jars",
+        "spark.sql.extensions",
+        "spark.sql.catalog.spark_catalog",
+        *LOCAL_DELTA_CONF,
+    }
     assert choice.why == f"delta-spark's jars from storage.delta_jars={folder}"
     assert session_conf("embedded", str(folder)).conf == {}
 
