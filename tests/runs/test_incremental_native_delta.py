@@ -9,8 +9,10 @@ row checked against the state's digest, with the reason. Each case prints one li
 
 Suite time: a run on delta-spark writes ten tables (a commit each), so the first nights
 are shared: a few base tables with their first night are built once and each case
-starts from a copy (Delta's log names its files relative to the table). The night's
-tables are compared with the full run's through delta-rs (no Spark job per table).
+starts from a copy (Delta's log names its files relative to the table). The full run a
+night must equal is the pipeline's tables over the same events table, collected without
+writing them (ten commits less per case; writing is every other run test's business),
+and the night's tables are read through delta-rs (no Spark job per table).
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from pelengine import storage
+from pelengine.pipeline.reconstruct import reconstruct
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
 from pelengine.settings import Settings
 from pelengine.storage import deltalog
-from tests.runs.test_incremental import assert_tables_equal
 from tests.runs.test_incremental_log import _workload
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]
@@ -87,20 +89,24 @@ def _night(
     case: str,
     events: Path,
     inc: Path,
-    full: Path | None = None,
     *,
-    compare: Callable[[Path, Path], None] | None = None,
+    full: bool = True,
+    read_night: Callable[[Path], list[str]] | None = None,
 ) -> dict[str, Any]:
-    """One incremental night, its ``case: mode, read`` line printed; with ``full``, also a
-    full run over the same table, whose tables the night's must equal (``compare``: how,
-    by default through delta-rs)."""
+    """One incremental night, its ``case: mode, read`` line printed; with ``full``, its
+    tables (and ``rejected_events``) must hold the rows of a full run over the same events
+    table (``read_night``: how a night's table is read, by default through delta-rs)."""
     report = run_reconstruct(spark, str(events), str(inc), Settings(incremental=True))
     night = report["incremental"]
     found = report.get("timings_s", {}).get("find_new")
     print(f"{case}: {night['mode']}, {night.get('read')} (found in {found} s)")
-    if full is not None:
-        run_reconstruct(spark, str(events), str(full), Settings())
-        (compare or _assert_same_tables)(inc, full)
+    if full:
+        result = reconstruct(spark, storage.read_table(spark, str(events)), Settings())
+        tables = {**result.tables, "rejected_events": result.rejected}
+        for name in (*OUTPUT_TABLES, "rejected_events"):
+            want = _rows(tables[name].toArrow())
+            assert (read_night or _delta_rs_rows)(inc / name) == want, name
+        result.unpersist()
     return night
 
 
@@ -116,30 +122,28 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def _table_rows(path: Path) -> tuple[list[str], list[str]]:
+def _rows(table: Any) -> list[str]:
+    """A pyarrow table's columns, then its rows as sorted canonical JSON."""
+    rows = [json.dumps(_canonical(r), sort_keys=True, default=str) for r in table.to_pylist()]
+    return [json.dumps(table.column_names), *sorted(rows)]
+
+
+def _delta_rs_rows(path: Path) -> list[str]:
     from deltalake import DeltaTable
 
-    table = DeltaTable(str(path)).to_pyarrow_table()
-    rows = [json.dumps(_canonical(r), sort_keys=True, default=str) for r in table.to_pylist()]
-    return table.column_names, sorted(rows)
-
-
-def _assert_same_tables(a: Path, b: Path) -> None:
-    """Every output table (and ``rejected_events``) of ``a`` holds the rows of ``b``'s."""
-    for name in (*OUTPUT_TABLES, "rejected_events"):
-        assert _table_rows(a / name) == _table_rows(b / name), name
+    return _rows(DeltaTable(str(path)).to_pyarrow_table())
 
 
 # --------------------------------------------------------------------------- first nights
 
-Base = Callable[[Path], tuple[Path, Path, Path]]
+Base = Callable[[Path], tuple[Path, Path]]
 
 
 def _based(
     tmp_path_factory: pytest.TempPathFactory, spark: SparkSession, make: Callable[[Path], None]
 ) -> Base:
     """A base events table (``make`` writes it) with its first night, built once; each
-    call copies both under a case's directory: (events, inc, full)."""
+    call copies both under a case's directory: (events, inc)."""
     root = tmp_path_factory.mktemp("base")
     make(root / "events")
     night = run_reconstruct(
@@ -147,11 +151,11 @@ def _based(
     )
     assert night["incremental"]["mode"] == "full"
 
-    def copy(where: Path) -> tuple[Path, Path, Path]:
+    def copy(where: Path) -> tuple[Path, Path]:
         where.mkdir(parents=True, exist_ok=True)
         for name in ("events", "inc"):
             shutil.copytree(root / name, where / name)
-        return where / "events", where / "inc", where / "full"
+        return where / "events", where / "inc"
 
     return copy
 
@@ -189,9 +193,9 @@ def _from_log(read: dict[str, Any], versions: str) -> None:
 
 def test_plain_appends(spark: SparkSession, tmp_path: Path, plain: Base) -> None:
     """Only the appended files are read, as Parquet."""
-    events, inc, full = plain(tmp_path)
+    events, inc = plain(tmp_path)
     _append(spark, TONIGHT, events)
-    night = _night(spark, "plain appends", events, inc, full)
+    night = _night(spark, "plain appends", events, inc)
     read = night["read"]
     assert night["mode"] == "incremental"
     _from_log(read, "2..2")
@@ -202,10 +206,10 @@ def test_plain_appends(spark: SparkSession, tmp_path: Path, plain: Base) -> None
 def test_optimize(spark: SparkSession, tmp_path: Path, plain: Base) -> None:
     """OPTIMIZE rewrites files without changing data (``dataChange`` false): neither new
     nor gone rows, and its files are not read; only the night's append is."""
-    events, inc, full = plain(tmp_path)
+    events, inc = plain(tmp_path)
     spark.sql(f"OPTIMIZE {_q(events)}")
     _append(spark, TONIGHT, events)
-    night = _night(spark, "OPTIMIZE", events, inc, full)
+    night = _night(spark, "OPTIMIZE", events, inc)
     read = night["read"]
     assert night["mode"] == "incremental"
     _from_log(read, "2..3")
@@ -217,11 +221,11 @@ def test_optimize(spark: SparkSession, tmp_path: Path, plain: Base) -> None:
 def test_delete_and_update_of_old_rows(spark: SparkSession, tmp_path: Path, plain: Base) -> None:
     """A DELETE of an old row and an UPDATE of another: the files they rewrote are
     compared with the ones they replaced; two rows are gone, one new (and late)."""
-    events, inc, full = plain(tmp_path)
+    events, inc = plain(tmp_path)
     spark.sql(f"DELETE FROM {_q(events)} WHERE seq = {_seq(20)}")
     spark.sql(f"UPDATE {_q(events)} SET client = 'updated' WHERE seq = {_seq(200)}")
     _append(spark, TONIGHT, events)
-    night = _night(spark, "DELETE and UPDATE of old rows", events, inc, full)
+    night = _night(spark, "DELETE and UPDATE of old rows", events, inc)
     read = night["read"]
     assert night["mode"] == "full (history changed)" and night["families_with_changed_history"]
     _from_log(read, "2..4")
@@ -234,10 +238,10 @@ def test_late_rows_in_an_overwritten_table(
 ) -> None:
     """The table is overwritten with its rows and the two that were missing (a backfill
     into old files): two rows are new, and late; the rest only moved."""
-    events, inc, full = plain(tmp_path)
+    events, inc = plain(tmp_path)
     frame = spark.createDataFrame(FIRST, EVENTS_SCHEMA)
     frame.write.format("delta").mode("overwrite").save(str(events))
-    night = _night(spark, "late rows (overwrite)", events, inc, full)
+    night = _night(spark, "late rows (overwrite)", events, inc)
     read = night["read"]
     assert night["mode"] == "full (history changed)"
     _from_log(read, "2..2")
@@ -252,11 +256,11 @@ def test_deletion_vectors_with_a_delete(
     and of a row appended tonight leaves both files in place with a vector. The log names
     each file with its vector: the old file's rows before and after are compared (one
     gone), the new one counts without its deleted row."""
-    events, inc, full = with_vectors(tmp_path)
+    events, inc = with_vectors(tmp_path)
     _append(spark, TONIGHT, events)
     tonight = TONIGHT[10]["seq"]
     spark.sql(f"DELETE FROM {_q(events)} WHERE seq IN ({_seq(100)}, {tonight})")
-    night = _night(spark, "deletion vectors, DELETE", events, inc, full)
+    night = _night(spark, "deletion vectors, DELETE", events, inc)
     read = night["read"]
     assert night["mode"] == "full (history changed)"
     _from_log(read, "1..2")
@@ -267,12 +271,12 @@ def test_deletion_vectors_with_a_delete(
 def test_change_data_feed_on_from_the_start(spark: SparkSession, tmp_path: Path) -> None:
     """The change data feed on for every version of the night: the UPDATE's pre- and
     post-image and the appended rows come from the feed, no file is read whole."""
-    events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
+    events, inc = tmp_path / "events", tmp_path / "inc"
     _append(spark, FIRST, events, properties={"enableChangeDataFeed": "true"})
-    _night(spark, "change data feed (first night)", events, inc)
+    _night(spark, "change data feed (first night)", events, inc, full=False)
     _append(spark, TONIGHT, events)
     spark.sql(f"UPDATE {_q(events)} SET client = 'updated' WHERE seq = {_seq(20)}")
-    night = _night(spark, "change data feed on from the start", events, inc, full)
+    night = _night(spark, "change data feed on from the start", events, inc)
     read = night["read"]
     assert night["mode"] == "full (history changed)"
     assert read["from"] == "change data feed" and read["change_feed"], read
@@ -285,11 +289,11 @@ def test_change_data_feed_switched_on_part_way(
 ) -> None:
     """The feed switched on within the night's versions: the versions before cannot come
     from it, so the files are compared, and the report says why the feed was not read."""
-    events, inc, full = plain(tmp_path)
+    events, inc = plain(tmp_path)
     _append(spark, TONIGHT, events)
     spark.sql(f"ALTER TABLE {_q(events)} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
     spark.sql(f"DELETE FROM {_q(events)} WHERE seq = {_seq(30)}")
-    night = _night(spark, "change data feed switched on part way", events, inc, full)
+    night = _night(spark, "change data feed switched on part way", events, inc)
     read = night["read"]
     assert night["mode"] == "full (history changed)"
     _from_log(read, "2..4")
@@ -302,7 +306,7 @@ def test_vacuumed_files_are_a_stated_fallback(
 ) -> None:
     """A DELETE rewrote an old file and VACUUM removed it: its rows cannot be compared, so
     every row is checked against the state's digest, and the report says why."""
-    events, inc, full = plain(tmp_path)
+    events, inc = plain(tmp_path)
     spark.sql(f"DELETE FROM {_q(events)} WHERE seq = {_seq(40)}")
     _append(spark, TONIGHT, events)
     check = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -315,7 +319,7 @@ def test_vacuumed_files_are_a_stated_fallback(
             spark.conf.unset(check)
         else:
             spark.conf.set(check, before)
-    night = _night(spark, "vacuumed files", events, inc, full)
+    night = _night(spark, "vacuumed files", events, inc)
     read = night["read"]
     assert read["from"] == "every row (digest)", read
     assert "removed are gone from storage (vacuumed)" in read["why"], read
@@ -330,7 +334,7 @@ def test_a_path_with_a_space_percent_and_non_ascii(
     literal ``%20`` and non-ASCII characters, the appended files (read as Parquet) and the
     old file a DELETE gave a deletion vector (read through Delta, found by its path) hold
     the rows the log says (else the night would fall back, saying so)."""
-    events, inc, full = with_vectors(tmp_path / "a b%20c 100% é")
+    events, inc = with_vectors(tmp_path / "a b%20c 100% é")
     _append(spark, TONIGHT, events)
     spark.sql(f"DELETE FROM {_q(events)} WHERE seq = {_seq(5)}")
     # (delta-rs decodes the literal %20 of such a path: compared through Spark)
@@ -339,8 +343,7 @@ def test_a_path_with_a_space_percent_and_non_ascii(
         "path with a space, % and non-ASCII",
         events,
         inc,
-        full,
-        compare=lambda a, b: assert_tables_equal(spark, a, b),
+        read_night=lambda path: _rows(storage.read_table(spark, str(path)).toArrow()),
     )
     read = night["read"]
     assert night["mode"] == "full (history changed)"
@@ -356,11 +359,11 @@ def test_a_partitioned_events_table(spark: SparkSession, tmp_path: Path) -> None
         {**r, "source": "night 2 %/é" if i % 3 else None} if i % 2 == 0 else r
         for i, r in enumerate(TONIGHT)
     ]
-    events, inc, full = tmp_path / "events", tmp_path / "inc", tmp_path / "full"
+    events, inc = tmp_path / "events", tmp_path / "inc"
     _append(spark, FIRST, events, partition_by="source")
-    _night(spark, "partitioned (first night)", events, inc)
+    _night(spark, "partitioned (first night)", events, inc, full=False)
     _append(spark, tonight, events, partition_by="source")
-    night = _night(spark, "partitioned events table", events, inc, full)
+    night = _night(spark, "partitioned events table", events, inc)
     read = night["read"]
     assert night["mode"] == "incremental"
     _from_log(read, "1..1")

@@ -383,34 +383,59 @@ def test_two_writers_of_a_table_by_name_get_one_sentence(
 
 # ---- delta-spark across processes: a Hive metastore that outlives them ------------------
 
-#: process 1: refused for a missing schema; then the schemas, the events table registered
-#: by name, and two runs by name (managed --incremental, and external with --out and txn
-#: options), all through cli.run in one session; prints {step: [exit code, stdout, stderr]}
-FIRST_PROCESS = """
+#: what each process runs first: a session on the --conf (argv[1]), and ``run(step, argv)``
+#: calling cli.run in it; the process's steps follow, then it prints
+#: {step: [exit code, stdout, stderr]}
+PROCESS = """
 import contextlib, io, json, sys
-from pelengine import cli
+from pelengine import cli, storage
 from pelengine.settings import load_config
 from pelengine.session import build_session, stop_session
 
-conf, events, ext, managed, external = sys.argv[1:6]
+conf, *args = sys.argv[1:]
 spark = build_session(load_config([conf]))
 results = {}
 
 def run(step, argv):
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.run([*argv, "--conf", conf], spark=spark, progress=lambda _: None)
+        code = cli.run([*json.loads(argv), "--conf", conf], spark=spark, progress=lambda _: None)
     results[step] = [code, out.getvalue(), err.getvalue()]
 
-run("refused", json.loads(managed))
-spark.sql("CREATE SCHEMA spark_catalog.redis_state")
-spark.sql("CREATE SCHEMA spark_catalog.redis_ext")
-spark.sql(f"CREATE TABLE spark_catalog.redis_state.events USING delta LOCATION '{events}'")
-run("managed", json.loads(managed))
-run("external", json.loads(external))
+%s
 stop_session(spark)
 print(json.dumps(results))
 """
+
+#: process 1: refused for a missing schema; then the schemas, the events table registered
+#: by name, and two runs by name (managed --incremental, and external with --out and txn
+#: options)
+FIRST_PROCESS = (
+    PROCESS
+    % """
+events, ext, managed, external = args
+run("refused", managed)
+spark.sql("CREATE SCHEMA spark_catalog.redis_state")
+spark.sql("CREATE SCHEMA spark_catalog.redis_ext")
+spark.sql(f"CREATE TABLE spark_catalog.redis_state.events USING delta LOCATION '{events}'")
+run("managed", managed)
+run("external", external)
+"""
+)
+
+#: process 2, a new JVM on the same metastore: the external run again (same txn options),
+#: a night by name after appended events, a later run killed after writing pel (a pel
+#: version no _runs row names, written by path), then sql by name
+SECOND_PROCESS = (
+    PROCESS
+    % """
+pel, external, managed, sql = args
+run("external", external)
+run("managed", managed)
+storage.write_table(storage.read_table(spark, pel).limit(0), pel)
+run("sql", sql)
+"""
+)
 
 EVENTS_BY_NAME = "spark_catalog.redis_state.events"
 MANAGED = [
@@ -463,15 +488,6 @@ def _process(tmp_path: Path, label: str, argv: list[str]) -> subprocess.Complete
     return done
 
 
-def _pelengine(tmp_path: Path, *argv: str) -> Any:
-    """The console script in a new process: its JSON output (exit code 0 asserted)."""
-    script = str(Path(sys.executable).with_name("pelengine"))
-    conf = str(tmp_path / "hive.yaml")
-    done = _process(tmp_path, f"pelengine {argv[0]}", [script, *argv, "--conf", conf])
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
-
-
 def _rows(spark: Any, path: Path, version: int | None = None) -> list[tuple[Any, ...]]:
     """A table read by path (no catalog), key columns sorted."""
     df = storage.read_table(spark, str(path), version)
@@ -521,48 +537,46 @@ def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
     assert all((ext / t / "_delta_log").is_dir() for t in (*tables, "_runs"))
     assert (tmp_path / "derby.log").exists() and (tmp_path / "metastore_db").is_dir()
 
-    # process 2: the external run again (same txnAppId/txnVersion): Delta skips every write
+    # process 2, a new JVM: the external run again (same txnAppId/txnVersion: Delta skips
+    # every write), a night with --incremental after appended events (the events by name),
+    # a later run killed after writing pel (a version no _runs row names), then sql by name
+    # reading the recorded versions, and VERSION AS OF the older run's
     logs = {t: _log_versions(ext / t) for t in tables}
-    external_2 = _pelengine(tmp_path, *external)
-    assert external_2["tables"] == external_1["tables"]
-    assert {t: _log_versions(ext / t) for t in tables} == logs, "no table version moved"
-    assert [r["tables"] for r in storage.read_table(spark, str(ext / "_runs")).collect()] == [
-        external_1["tables"]
-    ] * 2
-
-    # process 3: a night with --incremental after appended events (the events by name)
     storage.write_table(spark.createDataFrame(rows[cut:], EVENTS_SCHEMA), str(events), "append")
-    managed_3 = _pelengine(tmp_path, *MANAGED)
-    assert managed_3["incremental"]["mode"] == "incremental"
-    assert managed_3["input"]["delta_version"] == 1
-    assert managed_3["tables"] == dict.fromkeys(tables, 1)
-    runs = storage.read_table(spark, str(state / "_runs")).orderBy("finished_at").collect()
-    assert [r["tables"] for r in runs] == [managed_1["tables"], managed_3["tables"]]
-    assert [r["as_of_seq"] for r in runs] == [managed_1["as_of_seq"], managed_3["as_of_seq"]]
-    # a later run killed after writing pel: a version no _runs row names
     pel = state / "pel"
-    storage.write_table(storage.read_table(spark, str(pel)).limit(0), str(pel))
-    assert _log_versions(pel) == [0, 1, 2]
-
-    # process 4: sql by name reads the recorded versions; VERSION AS OF the older run's
     columns = "key, `group`, id, consumer"
     query = (
         f"SELECT 'recorded' AS v, {columns} FROM pel UNION ALL "
         f"SELECT 'first', {columns} FROM spark_catalog.redis_state.pel VERSION AS OF 0 UNION ALL "
         f"SELECT 'latest', {columns} FROM spark_catalog.redis_state.pel"
     )
-    answer = _pelengine(
-        tmp_path,
-        "sql",
-        query,
-        "--catalog",
-        "spark_catalog",
-        "--schema",
-        "redis_state",
-        "--json",
-        "--limit",
-        "0",
-    )
+    sql = ["sql", query, "--catalog", "spark_catalog", "--schema", "redis_state", "--json"]
+    sql += ["--limit", "0"]
+    argv = [str(tmp_path / "hive.yaml"), str(pel), json.dumps(external), json.dumps(MANAGED)]
+    argv.append(json.dumps(sql))
+    done = _process(tmp_path, "process 2", [sys.executable, "-c", SECOND_PROCESS, *argv])
+    assert done.returncode == 0, done.stderr[-3000:]
+    second = json.loads(done.stdout.strip().splitlines()[-1])
+    for step in ("external", "managed", "sql"):
+        assert second[step][0] == cli.EXIT_OK, second[step][2][-3000:]
+
+    external_2 = json.loads(second["external"][1])
+    assert external_2["tables"] == external_1["tables"]
+    assert {t: _log_versions(ext / t) for t in tables} == logs, "no table version moved"
+    assert [r["tables"] for r in storage.read_table(spark, str(ext / "_runs")).collect()] == [
+        external_1["tables"]
+    ] * 2
+
+    managed_3 = json.loads(second["managed"][1])
+    assert managed_3["incremental"]["mode"] == "incremental"
+    assert managed_3["input"]["delta_version"] == 1
+    assert managed_3["tables"] == dict.fromkeys(tables, 1)
+    runs = storage.read_table(spark, str(state / "_runs")).orderBy("finished_at").collect()
+    assert [r["tables"] for r in runs] == [managed_1["tables"], managed_3["tables"]]
+    assert [r["as_of_seq"] for r in runs] == [managed_1["as_of_seq"], managed_3["as_of_seq"]]
+    assert _log_versions(pel) == [0, 1, 2]
+
+    answer = json.loads(second["sql"][1])
     seen: dict[str, list[tuple[Any, ...]]] = {"recorded": [], "first": [], "latest": []}
     for row in answer:
         seen[row["v"]].append((row["key"], row["group"], row["id"], row["consumer"]))

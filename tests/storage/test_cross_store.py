@@ -3,9 +3,10 @@
 A user may run nights with delta-spark (Databricks, a cluster with delta-spark's
 jars) and, on another day, with the embedded delta-rs store (a laptop, `--runner` of a
 machine without the jars), or the other way round. The tables and the state under one
-root are Delta tables either store reads and continues: nights alternate stores here, each
-through the real CLI (a process per night, the store chosen by PELENGINE_STORE), and the
-root must equal one full run over the same events.
+root are Delta tables either store reads and continues: nights alternate stores here, and the
+root must equal one full run over the same events. The embedded nights run through the real
+CLI (a process each, the store chosen by PELENGINE_STORE), the delta-spark night in this
+process's delta-spark session.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pyspark.sql import SparkSession
 from pelengine import storage
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
+from pelengine.settings import Settings
 from pelengine.synth import generate_events
 from tests.runs.test_incremental import assert_tables_equal
 
@@ -53,7 +55,11 @@ def test_a_root_written_by_one_store_is_continued_by_the_other(
     for night, store in enumerate(("embedded", "delta-spark", "embedded")):
         part = spark.createDataFrame(rows[cuts[night] : cuts[night + 1]], EVENTS_SCHEMA)
         storage.write_table(part, str(events), "append" if night else "overwrite")
-        report = _night(store, events, out)
+        if store == "delta-spark":
+            report = run_reconstruct(spark, str(events), str(out), Settings(incremental=True))
+            assert report["storage"] == store
+        else:
+            report = _night(store, events, out)
         modes.append((store, report["incremental"]["mode"]))
     print(f"nights: {modes}")
     assert modes == [
