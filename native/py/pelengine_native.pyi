@@ -30,11 +30,7 @@ def row_digest(
     """The Python engine's ``row_digest``: the 63-bit digest of one replayed row."""
 
 class Router:
-    """The router of one partition (as ``pelengine.engine.python.Router``):
-    ``route(batch)`` returns the batch with ``command``, ``scope``, ``families``,
-    ``pre_kind``, ``pre_error``, ``group`` and ``group_only`` appended. ``family_of``:
-    ``{(db, key): family}`` of the keys commands tie together (any other key is its own
-    family)."""
+    """``pelengine.engine.python.Router`` in Rust: the same columns appended."""
 
     def __init__(self, profile: Profile | str, family_of: dict[tuple[int, str], str]) -> None: ...
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
@@ -44,26 +40,10 @@ def _overflow_for_test(n: int) -> int:
     ``RuntimeError`` (an overflow panic caught), never wraps, never aborts."""
 
 class FamilyReplay:
-    """The replay of one family of stream keys (as ``pelengine.engine.python.FamilyReplay``):
-    ``keep_state``: count and digest the rows, end with the model as a ``state`` row naming
-    ``state_key`` (db, family); a row whose ``state`` is set carries a saved model, seeding
-    the replay."""
+    """``pelengine.engine.python.FamilyReplay`` in Rust: the same rows."""
 
-    def __init__(
-        self,
-        profile: Profile | str,
-        node_max_entries: int,
-        node_max_bytes: int,
-        as_of_ms: int,
-        as_of_seq: int,
-        family: str,
-        own_groups: list[str] | None,
-        schemas: dict[str, pa.Schema],
-        *,
-        keep_state: bool = False,
-        mark_seq: int | None = None,
-        state_key: tuple[int | None, str | None] | None = None,
-    ) -> None: ...
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The arguments of ``pelengine.engine.python.FamilyReplay``."""
     def feed(self, batch: pa.RecordBatch) -> list[tuple[str, pa.RecordBatch]]: ...
     def finish(self) -> list[tuple[str, pa.RecordBatch]]: ...
 

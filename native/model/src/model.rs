@@ -6,7 +6,7 @@
 
 use crate::calls::{Call, Profile};
 use crate::fail::{internal, Fail};
-use crate::recorder::Recorder;
+use crate::recorder::{EntryAt, Recorder};
 use crate::state::{KeyRef, Keys, Stream, Value};
 use crate::waits::Waits;
 
@@ -104,11 +104,15 @@ impl Model<'_> {
                 } = stream;
                 for group in groups.values_mut() {
                     for (entry_id, nack) in group.pel.iter_mut() {
-                        self.hist
-                            .end_version(call, db, src, &group.name, entry_id, nack);
+                        let at = |key| EntryAt {
+                            db,
+                            key,
+                            group: &group.name,
+                            id: entry_id,
+                        };
+                        self.hist.end_version(call, at(src), nack);
                         let exists = entries.contains(entry_id);
-                        self.hist
-                            .track_version(call, db, dst, &group.name, entry_id, nack, exists);
+                        self.hist.track_version(call, at(dst), nack, exists);
                     }
                 }
             }

@@ -3,8 +3,9 @@
 //! records and, spilling, in the closed delivery segments and group incarnations (the
 //! recording half of Python's `Replayer`).
 //!
-//! A handler changes a group and records it in one scope: `parts` splits a group into
-//! disjoint borrows, its PEL and consumers beside `GroupRec`, what the recorder needs.
+//! A handler changes a group and records it in one scope: `Recorder::open` splits a
+//! group into disjoint borrows, its PEL and consumers beside `GroupLog`, what records
+//! their changes.
 
 use std::collections::BTreeMap;
 
@@ -28,46 +29,71 @@ pub struct Recorder<'a> {
     pub(crate) closed: &'a mut Vec<ClosedRecord>,
 }
 
-/// A group's identity and records, borrowed apart from its PEL and consumers.
-pub(crate) struct GroupRec<'g> {
-    pub name: &'g str,
-    pub created_seq: i64,
-    pub records: &'g mut Records,
+/// A pending entry as the history tables name it: db, key, group, ID.
+#[derive(Clone, Copy)]
+pub(crate) struct EntryAt<'a> {
+    pub db: i64,
+    pub key: &'a str,
+    pub group: &'a str,
+    pub id: &'a StreamId,
 }
 
-/// A group split into disjoint borrows.
-pub(crate) struct GroupParts<'g> {
+/// What records a command's changes of one group's pending entries: the recorder, the
+/// call, where the group is, its identity and its delivery records.
+pub(crate) struct GroupLog<'g, 'a> {
+    hist: &'g mut Recorder<'a>,
+    call: &'g Call,
+    db: i64,
+    key: &'g str,
+    name: &'g str,
+    created_seq: i64,
+    records: &'g mut Records,
+}
+
+/// A group split into disjoint borrows: what a handler changes, beside its `GroupLog`.
+pub(crate) struct GroupParts<'g, 'a> {
     pub last_id: &'g mut StreamId,
     pub entries_read: &'g mut i64,
     pub pel: &'g mut BTreeMap<StreamId, PendingEntry>,
     pub consumers: &'g mut IndexMap<String, Consumer>,
-    pub rec: GroupRec<'g>,
+    pub log: GroupLog<'g, 'a>,
 }
 
-pub(crate) fn parts(group: &mut Group) -> GroupParts<'_> {
-    let Group {
-        name,
-        last_id,
-        entries_read,
-        created_seq,
-        pel,
-        consumers,
-        records,
-    } = group;
-    GroupParts {
-        last_id,
-        entries_read,
-        pel,
-        consumers,
-        rec: GroupRec {
-            name: name.as_str(),
-            created_seq: *created_seq,
+impl<'a> Recorder<'a> {
+    /// `call` changes `group` of the stream at `key`: the group split apart, with what
+    /// records the changes.
+    pub(crate) fn open<'g>(
+        &'g mut self,
+        call: &'g Call,
+        key: &'g str,
+        group: &'g mut Group,
+    ) -> GroupParts<'g, 'a> {
+        let Group {
+            name,
+            last_id,
+            entries_read,
+            created_seq,
+            pel,
+            consumers,
             records,
-        },
+        } = group;
+        GroupParts {
+            last_id,
+            entries_read,
+            pel,
+            consumers,
+            log: GroupLog {
+                hist: self,
+                call,
+                db: call.db,
+                key,
+                name: name.as_str(),
+                created_seq: *created_seq,
+                records,
+            },
+        }
     }
-}
 
-impl Recorder<'_> {
     /// Close every pending entry of a group that is going away, keep its history.
     pub(crate) fn close_group(
         &mut self,
@@ -78,26 +104,17 @@ impl Recorder<'_> {
         status: &'static str,
     ) -> Result<(), Fail> {
         let pel = std::mem::take(&mut group.pel);
-        let mut rec = GroupRec {
+        let mut log = GroupLog {
+            hist: self,
+            call,
+            db,
+            key,
             name: &group.name,
             created_seq: group.created_seq,
             records: &mut group.records,
         };
         for (entry_id, mut nack) in pel {
-            let from = nack.consumer.clone();
-            self.record(
-                call,
-                db,
-                key,
-                &mut rec,
-                entry_id,
-                status,
-                from.as_deref(),
-                None,
-                &mut nack,
-                Some(status),
-                false,
-            )?;
+            log.left(entry_id, status, status, &mut nack);
         }
         let records = std::mem::take(&mut group.records);
         if self.spill {
@@ -121,142 +138,6 @@ impl Recorder<'_> {
                 ));
             }
         }
-        Ok(())
-    }
-
-    /// Note one change of a pending entry in the history tables (`status`: it left
-    /// the PEL with that status). `exists`: whether the entry is in the stream (the
-    /// version's `entry_exists` when it stays pending).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn record(
-        &mut self,
-        call: &Call,
-        db: i64,
-        key: &str,
-        group: &mut GroupRec,
-        entry_id: StreamId,
-        change: &str,
-        from_consumer: Option<&str>,
-        to_consumer: Option<&str>,
-        nack: &mut PendingEntry,
-        status: Option<&str>,
-        exists: bool,
-    ) -> Result<(), Fail> {
-        match status {
-            None => {
-                let to = to_consumer.ok_or_else(|| internal("AssertionError: no consumer"))?;
-                let rec = group.records.entry(entry_id).or_insert_with(|| {
-                    DeliveryRecord::new(
-                        nack.delivery_count,
-                        0,
-                        Default::default(),
-                        Some(nack.delivery_time),
-                        Some(nack.delivery_time),
-                    )
-                });
-                if rec.status != "pending" {
-                    rec.status = "pending".to_string();
-                    rec.closed_ms = None;
-                }
-                if rec.first_delivery_ms.is_none() {
-                    // a segment restarted between runs
-                    rec.first_delivery_ms = Some(nack.delivery_time);
-                }
-                rec.deliveries += 1;
-                if !rec.owners.contains(to) {
-                    rec.owners.insert(to.to_string());
-                }
-                rec.last_delivery_ms = Some(nack.delivery_time);
-                rec.delivery_count = nack.delivery_count;
-            }
-            Some(status) => {
-                if let Some(rec) = group.records.get_mut(&entry_id) {
-                    rec.status = status.to_string();
-                    rec.closed_ms = Some(call.now);
-                    rec.delivery_count = nack.delivery_count;
-                    if self.spill {
-                        if let Some(rec) = group.records.shift_remove(&entry_id) {
-                            bump(self.segment_n);
-                            push_segment(
-                                &mut self.tables.delivery_segments,
-                                db,
-                                key,
-                                group.name,
-                                group.created_seq,
-                                &entry_id,
-                                &rec,
-                                *self.segment_n,
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        if self.record_changes {
-            if status.is_none() {
-                self.track_version(call, db, key, group.name, &entry_id, nack, exists);
-            } else {
-                self.end_version(call, db, key, group.name, &entry_id, nack);
-            }
-            self.tables.ownership_changes.push(
-                db,
-                key,
-                group.name,
-                &entry_id,
-                call.seq,
-                call.request_seq.unwrap_or(call.seq),
-                call.now,
-                &call.command,
-                change,
-                from_consumer,
-                to_consumer,
-                nack.delivery_count,
-                nack.delivery_time,
-            );
-        }
-        Ok(())
-    }
-
-    /// A pending entry a snapshot holds (`PELENGINE.LOAD PENDING`): its history
-    /// starts here, with the counter the snapshot has and no delivery seen.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn loaded(
-        &mut self,
-        call: &Call,
-        key: &str,
-        group: &mut GroupRec,
-        entry_id: StreamId,
-        nack: &mut PendingEntry,
-        exists: bool,
-    ) -> Result<(), Fail> {
-        let consumer = nack
-            .consumer
-            .clone()
-            .ok_or_else(|| internal("AssertionError: no consumer"))?;
-        let owners = std::iter::once(consumer.clone()).collect();
-        group.records.insert(
-            entry_id,
-            DeliveryRecord::new(nack.delivery_count, 0, owners, None, None),
-        );
-        if !self.record_changes {
-            return Ok(());
-        }
-        self.track_version(call, call.db, key, group.name, &entry_id, nack, exists);
-        self.tables.ownership_changes.push(
-            call.db,
-            key,
-            group.name,
-            &entry_id,
-            call.seq,
-            call.seq,
-            call.now,
-            &call.command,
-            "loaded",
-            None,
-            Some(&consumer),
-            nack.delivery_count,
-            nack.delivery_time,
-        );
         Ok(())
     }
 
@@ -292,22 +173,24 @@ impl Recorder<'_> {
             for entry_id in ids {
                 if let Some(nack) = group.pel.get_mut(entry_id) {
                     let exists = entries.contains(entry_id);
-                    self.track_version(call, call.db, key, &group.name, entry_id, nack, exists);
+                    let at = EntryAt {
+                        db: call.db,
+                        key,
+                        group: &group.name,
+                        id: entry_id,
+                    };
+                    self.track_version(call, at, nack, exists);
                 }
             }
         }
     }
 
-    /// After `call` left the pending entry as it is now: a new version when what the
+    /// After `call` left the pending entry `at` as it is now: a new version when what the
     /// PEL shows differs from the open version (which then ends).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn track_version(
         &mut self,
         call: &Call,
-        db: i64,
-        key: &str,
-        group: &str,
-        entry_id: &StreamId,
+        at: EntryAt,
         nack: &mut PendingEntry,
         exists: bool,
     ) {
@@ -319,7 +202,7 @@ impl Recorder<'_> {
             {
                 return;
             }
-            self.close_version(call, db, key, group, entry_id, old);
+            self.close_version(call, at, old);
         }
         nack.version = Some(PelVersion {
             consumer: nack.consumer.clone(),
@@ -331,40 +214,171 @@ impl Recorder<'_> {
         });
     }
 
-    /// The pending entry leaves the PEL (or its key) with `call`.
-    pub(crate) fn end_version(
-        &mut self,
-        call: &Call,
-        db: i64,
-        key: &str,
-        group: &str,
-        entry_id: &StreamId,
-        nack: &mut PendingEntry,
-    ) {
+    /// The pending entry `at` leaves the PEL (or its key) with `call`.
+    pub(crate) fn end_version(&mut self, call: &Call, at: EntryAt, nack: &mut PendingEntry) {
         if let Some(old) = nack.version.take() {
-            self.close_version(call, db, key, group, entry_id, &old);
+            self.close_version(call, at, &old);
         }
     }
 
-    fn close_version(
-        &mut self,
-        call: &Call,
-        db: i64,
-        key: &str,
-        group: &str,
-        entry_id: &StreamId,
-        version: &PelVersion,
-    ) {
+    fn close_version(&mut self, call: &Call, at: EntryAt, version: &PelVersion) {
         if version.from_seq == call.seq {
             return; // started and ended within one command: never visible
         }
-        self.tables.pel_history.push(
-            db,
-            key,
-            group,
+        let EntryAt { db, key, group, id } = at;
+        let valid_to = Some((call.seq, call.now));
+        self.tables
+            .pel_history
+            .push(db, key, group, id, version, valid_to);
+    }
+}
+
+impl<'g> GroupLog<'g, '_> {
+    /// Where `entry_id` of this group is (borrowing what the log borrows, not the log).
+    fn at<'e>(&self, entry_id: &'e StreamId) -> EntryAt<'e>
+    where
+        'g: 'e,
+    {
+        EntryAt {
+            db: self.db,
+            key: self.key,
+            group: self.name,
+            id: entry_id,
+        }
+    }
+
+    /// `nack` stays pending, (re)delivered to `to` (`change`: delivered, reassigned,
+    /// redelivered, claimed; `from`: who held it before). An entry delivered is one
+    /// the stream holds (its version's `entry_exists`).
+    pub(crate) fn delivered(
+        &mut self,
+        entry_id: StreamId,
+        change: &str,
+        from: Option<&str>,
+        to: &str,
+        nack: &mut PendingEntry,
+    ) {
+        let rec = self.records.entry(entry_id).or_insert_with(|| {
+            DeliveryRecord::new(
+                nack.delivery_count,
+                0,
+                Default::default(),
+                Some(nack.delivery_time),
+                Some(nack.delivery_time),
+            )
+        });
+        if rec.status != "pending" {
+            rec.status = "pending".to_string();
+            rec.closed_ms = None;
+        }
+        if rec.first_delivery_ms.is_none() {
+            // a segment restarted between runs
+            rec.first_delivery_ms = Some(nack.delivery_time);
+        }
+        rec.deliveries += 1;
+        if !rec.owners.contains(to) {
+            rec.owners.insert(to.to_string());
+        }
+        rec.last_delivery_ms = Some(nack.delivery_time);
+        rec.delivery_count = nack.delivery_count;
+        if self.hist.record_changes {
+            self.hist
+                .track_version(self.call, self.at(&entry_id), nack, true);
+            let request_seq = self.call.request_seq.unwrap_or(self.call.seq);
+            self.note_change(entry_id, request_seq, change, from, Some(to), nack);
+        }
+    }
+
+    /// `nack` left the PEL with `status` (`change` in `ownership_changes`), from the
+    /// consumer that held it.
+    pub(crate) fn left(
+        &mut self,
+        entry_id: StreamId,
+        change: &str,
+        status: &str,
+        nack: &mut PendingEntry,
+    ) {
+        if let Some(rec) = self.records.get_mut(&entry_id) {
+            rec.status = status.to_string();
+            rec.closed_ms = Some(self.call.now);
+            rec.delivery_count = nack.delivery_count;
+            if self.hist.spill {
+                if let Some(rec) = self.records.shift_remove(&entry_id) {
+                    bump(self.hist.segment_n);
+                    push_segment(
+                        &mut self.hist.tables.delivery_segments,
+                        self.db,
+                        self.key,
+                        self.name,
+                        self.created_seq,
+                        &entry_id,
+                        &rec,
+                        *self.hist.segment_n,
+                    );
+                }
+            }
+        }
+        if self.hist.record_changes {
+            self.hist.end_version(self.call, self.at(&entry_id), nack);
+            let request_seq = self.call.request_seq.unwrap_or(self.call.seq);
+            let from = nack.consumer.clone();
+            self.note_change(entry_id, request_seq, change, from.as_deref(), None, nack);
+        }
+    }
+
+    /// A pending entry a snapshot holds (`PELENGINE.LOAD PENDING`): its history
+    /// starts here, with the counter the snapshot has and no delivery seen.
+    pub(crate) fn loaded(
+        &mut self,
+        entry_id: StreamId,
+        nack: &mut PendingEntry,
+        exists: bool,
+    ) -> Result<(), Fail> {
+        let consumer = nack
+            .consumer
+            .clone()
+            .ok_or_else(|| internal("AssertionError: no consumer"))?;
+        let owners = std::iter::once(consumer.clone()).collect();
+        self.records.insert(
             entry_id,
-            version,
-            Some((call.seq, call.now)),
+            DeliveryRecord::new(nack.delivery_count, 0, owners, None, None),
+        );
+        if !self.hist.record_changes {
+            return Ok(());
+        }
+        self.hist
+            .track_version(self.call, self.at(&entry_id), nack, exists);
+        let seq = self.call.seq;
+        self.note_change(entry_id, seq, "loaded", None, Some(&consumer), nack);
+        Ok(())
+    }
+
+    /// One row of `ownership_changes`: `call` changed the pending entry (`nack` as it
+    /// is now).
+    fn note_change(
+        &mut self,
+        entry_id: StreamId,
+        request_seq: i64,
+        change: &str,
+        from: Option<&str>,
+        to: Option<&str>,
+        nack: &PendingEntry,
+    ) {
+        let call = self.call;
+        self.hist.tables.ownership_changes.push(
+            self.db,
+            self.key,
+            self.name,
+            &entry_id,
+            call.seq,
+            request_seq,
+            call.now,
+            &call.command,
+            change,
+            from,
+            to,
+            nack.delivery_count,
+            nack.delivery_time,
         );
     }
 }

@@ -23,19 +23,38 @@ pub struct Event {
     pub db: Option<i64>,
 }
 
+/// An event as the wording functions take it: (seq, ts_ms, argv, db).
+type EventArgs = (Option<i64>, Option<i64>, Option<Vec<String>>, Option<i64>);
+
+impl Event {
+    fn into_args(self) -> EventArgs {
+        (self.seq, self.ts_ms, self.argv, self.db)
+    }
+}
+
+/// The model or the router failed on an event: the exception's class (`kind`:
+/// "ModelError", or "panic" for a fault of the core) and its message.
+#[derive(Debug)]
+pub struct Fault {
+    pub event: Box<Event>,
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+impl Fault {
+    /// As the wording functions take it: (event, kind, detail).
+    fn into_args(self) -> (EventArgs, &'static str, String) {
+        (self.event.into_args(), self.kind, self.detail)
+    }
+}
+
 /// What went wrong, as the Python exception it becomes.
 #[derive(Debug)]
 pub enum Failure {
     /// `SeqOrderError`: `seq` came after `last`
     SeqOrder { family: String, seq: i64, last: i64 },
-    /// `ReplayRowError`: the model failed on an event (`kind`: "ModelError", or "panic"
-    /// for a fault of the core)
-    Row {
-        family: String,
-        event: Box<Event>,
-        kind: &'static str,
-        detail: String,
-    },
+    /// `ReplayRowError`: the model failed on an event of the family
+    Row { family: String, fault: Fault },
     /// `ReplayRowError`: the model failed ending the last execution unit
     AtEnd { family: String, detail: String },
     /// `ReplayRowError`: the state tables could not be rendered
@@ -52,20 +71,12 @@ pub enum Failure {
         seq: Option<i64>,
         index: usize,
     },
-    /// `ReplayRowError`: the router failed on an event (as `Row`)
-    Routing {
-        event: Box<Event>,
-        kind: &'static str,
-        detail: String,
-    },
+    /// `ReplayRowError`: the router failed on an event
+    Routing(Fault),
     /// `ReplayRowError`: the router got an event whose argument `index` is null
     RoutingNullArgument { event: Box<Event>, index: usize },
     /// `ReplayRowError`: the model applied one event at a time (`Replayer`) failed on one
-    Model {
-        event: Box<Event>,
-        kind: &'static str,
-        detail: String,
-    },
+    Model(Fault),
     /// `ReplayRowError` with the model's message alone
     Plain(String),
     /// `TypeError`: an input column of the wrong type
@@ -87,9 +98,9 @@ impl Failure {
             Failure::Row { .. }
             | Failure::AtEnd { .. }
             | Failure::Snapshot { .. }
-            | Failure::Routing { .. }
+            | Failure::Routing(_)
             | Failure::RoutingNullArgument { .. }
-            | Failure::Model { .. }
+            | Failure::Model(_)
             | Failure::Plain(_) => "ReplayRowError",
             Failure::Type(_) => "TypeError",
             Failure::Without { .. } | Failure::NullArgument { .. } | Failure::Value(_) => {
@@ -106,22 +117,18 @@ impl Failure {
     }
 
     fn raised(self, py: Python<'_>) -> PyResult<PyErr> {
-        // an event as the wording functions take it: (seq, ts_ms, argv, db)
-        let ev = |e: Box<Event>| (e.seq, e.ts_ms, e.argv, e.db);
         // the wording function of `pelengine.engine.errors`, and its arguments
         let (function, args) = match self {
             Failure::SeqOrder { family, seq, last } => {
                 ("seq_order_error", (family, seq, last).into_pyobject(py)?)
             }
-            Failure::Row {
-                family,
-                event,
-                kind,
-                detail,
-            } => (
-                "replay_row_error",
-                (family, ev(event), kind, detail).into_pyobject(py)?,
-            ),
+            Failure::Row { family, fault } => {
+                let (event, kind, detail) = fault.into_args();
+                (
+                    "replay_row_error",
+                    (family, event, kind, detail).into_pyobject(py)?,
+                )
+            }
             Failure::AtEnd { family, detail } => {
                 ("replay_end_error", (family, detail).into_pyobject(py)?)
             }
@@ -134,30 +141,17 @@ impl Failure {
                 event,
             } => (
                 "event_without",
-                (family, column, ev(event)).into_pyobject(py)?,
+                (family, column, event.into_args()).into_pyobject(py)?,
             ),
             Failure::NullArgument { family, seq, index } => {
                 ("replay_null_argv", (family, seq, index).into_pyobject(py)?)
             }
-            Failure::Routing {
-                event,
-                kind,
-                detail,
-            } => (
-                "routing_row_error",
-                (ev(event), kind, detail).into_pyobject(py)?,
+            Failure::Routing(fault) => ("routing_row_error", fault.into_args().into_pyobject(py)?),
+            Failure::RoutingNullArgument { event, index } => (
+                "routing_null_argv",
+                (event.into_args(), index).into_pyobject(py)?,
             ),
-            Failure::RoutingNullArgument { event, index } => {
-                ("routing_null_argv", (ev(event), index).into_pyobject(py)?)
-            }
-            Failure::Model {
-                event,
-                kind,
-                detail,
-            } => (
-                "model_row_error",
-                (ev(event), kind, detail).into_pyobject(py)?,
-            ),
+            Failure::Model(fault) => ("model_row_error", fault.into_args().into_pyobject(py)?),
             Failure::Plain(message) => ("ReplayRowError", (message,).into_pyobject(py)?),
             Failure::Type(m) => return Ok(PyTypeError::new_err(m)),
             Failure::Value(m) => return Ok(PyValueError::new_err(m)),

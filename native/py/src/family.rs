@@ -16,7 +16,7 @@ use pelmodel::persist::{self, StateError};
 use pelmodel::{command_name, Profile, Replayer, Unit};
 
 use crate::cols::{Cols, Kind, Val, OUTPUT_BATCH_ROWS};
-use crate::failure::{guarded, Event, Failure};
+use crate::failure::{guarded, Event, Failure, Fault};
 use crate::history::history_cols;
 use crate::input::{Bools, Ints, StrLists, Strs};
 use crate::snapshot::snapshot_cols;
@@ -379,14 +379,16 @@ impl Family {
         let family = &self.family;
         let failed = |kind: &'static str, detail: String| Failure::Row {
             family: family.clone(),
-            event: Box::new(Event {
-                seq: Some(seq),
-                ts_ms: Some(ts_ms),
-                argv: has_argv.then(|| argv.to_vec()),
-                db,
-            }),
-            kind,
-            detail,
+            fault: Fault {
+                event: Box::new(Event {
+                    seq: Some(seq),
+                    ts_ms: Some(ts_ms),
+                    argv: has_argv.then(|| argv.to_vec()),
+                    db,
+                }),
+                kind,
+                detail,
+            },
         };
         if marker {
             return guarded(|| replayer.try_client_activity(ts_ms, client, unit))

@@ -38,7 +38,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::cols::Cols;
-use crate::failure::{errors_module, guarded, persist_module, Event, Failure};
+use crate::failure::{errors_module, guarded, persist_module, Event, Failure, Fault};
 use crate::family::{Family, FamilySpec, Output};
 use crate::history::history_cols;
 use crate::profile::profile_of;
@@ -355,7 +355,7 @@ impl PyReplayer {
         let outcome = guarded(|| inner.apply(seq, ts_ms, &argv, db, client, unit))
             .map_err(runtime("Replayer.apply"))?
             .map_err(|detail| {
-                Failure::Model {
+                Failure::Model(Fault {
                     event: Box::new(Event {
                         seq: Some(seq),
                         ts_ms: Some(ts_ms),
@@ -364,7 +364,7 @@ impl PyReplayer {
                     }),
                     kind: "ModelError",
                     detail,
-                }
+                })
                 .into_pyerr(py)
             })?;
         Ok((outcome.kind, outcome.error))

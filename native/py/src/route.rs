@@ -19,7 +19,7 @@ use arrow_schema::{DataType, Field, Schema};
 use pelmodel::routing::{command_group, touched_keys, SCOPE_KEYS};
 use pelmodel::{command_name, Profile, Replayer, Unit};
 
-use crate::failure::{guarded, Event, Failure};
+use crate::failure::{guarded, Event, Failure, Fault};
 use crate::input::{Ints, StrLists};
 
 /// One partition's router: the family of each linked key, and the model of the rows
@@ -66,10 +66,12 @@ impl Route {
                         db,
                     })
                 };
-                let fail = |kind: &'static str, detail: String, argv: &[String]| Failure::Routing {
-                    event: event(argv),
-                    kind,
-                    detail,
+                let fail = |kind: &'static str, detail: String, argv: &[String]| {
+                    Failure::Routing(Fault {
+                        event: event(argv),
+                        kind,
+                        detail,
+                    })
                 };
                 argvs
                     .fill(i, &mut argv)

@@ -6,27 +6,13 @@ use crate::calls::{Call, Profile};
 use crate::fail::{internal, overflow, Fail};
 use crate::ids::{incr_id, parse_ll, parse_strict_id, StreamId, MAX_ID, ZERO_ID};
 use crate::model::Model;
-use crate::recorder::{parts, GroupParts, Recorder};
-use crate::state::{Consumer, Group, PendingEntry, Stream};
+use crate::recorder::{GroupParts, Recorder};
+use crate::state::{Consumer, Entries, Group, Keys, PendingEntry};
 
 use super::{
-    any_id, arg, consumer_mut, ll, lookup_stream_in, lower, stream_in, strict_id, touch_consumer,
+    any_id, arg, consumer_mut, group_of, ll, lookup_stream_in, stream_in, strict_id, strict_ids,
+    touch_consumer, vanished, Options,
 };
-
-/// XCLAIM/XAUTOCLAIM: the claiming consumer, touched once per command (when the profile
-/// creates it eagerly, before the first entry; else at the first entry claimed).
-fn claimer<'a>(
-    touched: &mut Option<&'a str>,
-    consumers: &mut IndexMap<String, Consumer>,
-    name: &'a str,
-    now: i64,
-) -> &'a str {
-    if touched.is_none() {
-        touch_consumer(consumers, name, now);
-        *touched = Some(name);
-    }
-    name
-}
 
 /// The group `argv[2]` of the stream `argv[1]` must exist (else NOGROUP).
 fn lookup_group(m: &mut Model, call: &Call) -> Result<(), Fail> {
@@ -38,103 +24,125 @@ fn lookup_group(m: &mut Model, call: &Call) -> Result<(), Fail> {
     }
 }
 
-/// A claim found the entry gone from the stream: the PEL entry is removed.
-fn drop_dangling(
-    hist: &mut Recorder,
-    call: &Call,
-    key: &str,
-    group: &mut Group,
-    entry_id: StreamId,
-) -> Result<(), Fail> {
-    let GroupParts {
-        pel,
-        consumers,
-        mut rec,
-        ..
-    } = parts(group);
-    let mut nack = pel
-        .remove(&entry_id)
-        .ok_or_else(|| internal("KeyError: not pending"))?;
-    if let Some(owner) = nack.consumer.as_ref().and_then(|c| consumers.get_mut(c)) {
+/// The pending entry `entry_id` leaves the group's PEL and its holder's, with `status`
+/// (`change` in `ownership_changes`); false when it was not pending.
+fn release(g: &mut GroupParts, entry_id: StreamId, change: &str, status: &str) -> bool {
+    let Some(mut nack) = g.pel.remove(&entry_id) else {
+        return false;
+    };
+    if let Some(owner) = nack.consumer.as_ref().and_then(|c| g.consumers.get_mut(c)) {
         owner.pel.remove(&entry_id);
     }
-    let from = nack.consumer.clone();
-    hist.record(
-        call,
-        call.db,
-        key,
-        &mut rec,
-        entry_id,
-        "dropped",
-        from.as_deref(),
-        None,
-        &mut nack,
-        Some("deleted"),
-        false,
-    )
+    g.log.left(entry_id, change, status, &mut nack);
+    true
 }
 
-#[allow(clippy::too_many_arguments)]
-fn claim(
-    hist: &mut Recorder,
-    profile: &Profile,
-    call: &Call,
-    key: &str,
-    group: &mut Group,
-    entry_id: StreamId,
-    consumer: &str,
+/// A claim found the entry gone from the stream: the PEL entry is removed.
+fn drop_dangling(g: &mut GroupParts, entry_id: StreamId) -> Result<(), Fail> {
+    match release(g, entry_id, "dropped", "deleted") {
+        true => Ok(()),
+        false => Err(internal("KeyError: not pending")),
+    }
+}
+
+/// What one XCLAIM/XAUTOCLAIM gives the entries it claims: the claiming consumer
+/// (touched once per command: when the profile creates it eagerly, before the first
+/// entry; else at the first entry claimed), the delivery time, RETRYCOUNT (-1: none)
+/// and JUSTID.
+struct Claimer<'c> {
+    consumer: &'c str,
+    touched: bool,
+    profile: &'c Profile,
     delivery_time: i64,
     retrycount: i64,
     justid: bool,
-    exists: bool,
-) -> Result<(), Fail> {
-    let GroupParts {
-        pel,
-        consumers,
-        mut rec,
-        ..
-    } = parts(group);
-    let nack = pel
-        .get_mut(&entry_id)
-        .ok_or_else(|| internal("KeyError: not pending"))?;
-    let previous = nack.consumer.clone();
-    let moved = previous.as_deref() != Some(consumer);
-    let delivery_count = if retrycount >= 0 {
-        retrycount
-    } else if !justid {
-        nack.delivery_count
-            .checked_add(1)
-            .ok_or_else(|| overflow("delivery_count"))?
-    } else {
-        nack.delivery_count
-    };
-    if moved {
-        if let Some(owner) = previous.as_ref().and_then(|p| consumers.get_mut(p)) {
-            owner.pel.remove(&entry_id);
+}
+
+impl<'c> Claimer<'c> {
+    fn new(
+        call: &'c Call,
+        profile: &'c Profile,
+        delivery_time: i64,
+        retrycount: i64,
+        justid: bool,
+    ) -> Result<Self, Fail> {
+        Ok(Claimer {
+            consumer: arg(&call.argv, 3)?,
+            touched: false,
+            profile,
+            delivery_time,
+            retrycount,
+            justid,
+        })
+    }
+
+    fn touch(&mut self, consumers: &mut IndexMap<String, Consumer>, now: i64) {
+        if !self.touched {
+            touch_consumer(consumers, self.consumer, now);
+            self.touched = true;
         }
     }
-    nack.delivery_time = delivery_time;
-    nack.delivery_count = delivery_count;
-    if moved {
-        consumer_mut(consumers, consumer)?.pel.insert(entry_id);
-        nack.consumer = Some(consumer.to_string());
+
+    /// The stream's entries and the group `argv[2]` (`lookup_group` found them), the
+    /// consumer touched first when the profile creates consumers eagerly.
+    fn group_in<'k>(
+        &mut self,
+        keys: &'k mut Keys,
+        call: &Call,
+    ) -> Result<(&'k Entries, &'k mut Group), Fail> {
+        let stream = stream_in(keys, call.db, arg(&call.argv, 1)?)?;
+        let (entries, group) = group_of(stream, arg(&call.argv, 2)?).ok_or_else(vanished)?;
+        if self.profile.eager_consumers {
+            self.touch(&mut group.consumers, call.now);
+        }
+        Ok((entries, group))
     }
-    if profile.active_time {
-        consumer_mut(consumers, consumer)?.active_time = call.now;
+
+    /// Claim the pending entry `entry_id` (in the stream).
+    fn claim(
+        &mut self,
+        hist: &mut Recorder,
+        call: &Call,
+        key: &str,
+        group: &mut Group,
+        entry_id: StreamId,
+    ) -> Result<(), Fail> {
+        self.touch(&mut group.consumers, call.now);
+        let consumer = self.consumer;
+        let mut g = hist.open(call, key, group);
+        let nack = g
+            .pel
+            .get_mut(&entry_id)
+            .ok_or_else(|| internal("KeyError: not pending"))?;
+        let previous = nack.consumer.clone();
+        let moved = previous.as_deref() != Some(consumer);
+        let delivery_count = if self.retrycount >= 0 {
+            self.retrycount
+        } else if !self.justid {
+            nack.delivery_count
+                .checked_add(1)
+                .ok_or_else(|| overflow("delivery_count"))?
+        } else {
+            nack.delivery_count
+        };
+        if moved {
+            if let Some(owner) = previous.as_ref().and_then(|p| g.consumers.get_mut(p)) {
+                owner.pel.remove(&entry_id);
+            }
+        }
+        nack.delivery_time = self.delivery_time;
+        nack.delivery_count = delivery_count;
+        if moved {
+            consumer_mut(g.consumers, consumer)?.pel.insert(entry_id);
+            nack.consumer = Some(consumer.to_string());
+        }
+        if self.profile.active_time {
+            consumer_mut(g.consumers, consumer)?.active_time = call.now;
+        }
+        g.log
+            .delivered(entry_id, "claimed", previous.as_deref(), consumer, nack);
+        Ok(())
     }
-    hist.record(
-        call,
-        call.db,
-        key,
-        &mut rec,
-        entry_id,
-        "claimed",
-        previous.as_deref(),
-        Some(consumer),
-        nack,
-        None,
-        exists,
-    )
 }
 
 /// XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME ms] [RETRYCOUNT n]
@@ -171,40 +179,23 @@ pub fn xclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
     let mut retrycount: i64 = -1;
     let mut delivery_time: i128 = -1;
     let mut last_id = ZERO_ID;
-    while j < argv.len() {
-        let moreargs = argv.len() - 1 - j;
-        let low = lower(&argv[j]);
+    let mut options = Options::new(argv, j);
+    while let Some((low, moreargs)) = options.next_option() {
         if low == "force" {
             force = true;
         } else if low == "justid" {
             justid = true;
         } else if low == "idle" && moreargs > 0 {
-            j += 1;
-            delivery_time = i128::from(now) - i128::from(ll(arg(argv, j)?)?);
+            delivery_time = i128::from(now) - i128::from(ll(options.value()?)?);
         } else if low == "time" && moreargs > 0 {
-            j += 1;
-            delivery_time = i128::from(ll(arg(argv, j)?)?);
+            delivery_time = i128::from(ll(options.value()?)?);
         } else if low == "retrycount" && moreargs > 0 {
-            j += 1;
-            retrycount = ll(arg(argv, j)?)?;
+            retrycount = ll(options.value()?)?;
         } else if low == "lastid" && moreargs > 0 {
-            j += 1;
-            last_id = strict_id(arg(argv, j)?)?;
+            last_id = strict_id(options.value()?)?;
         } else {
             return Err(Fail::Command("syntax_error"));
         }
-        j += 1;
-    }
-    let profile = m.profile;
-    let stream = stream_in(m.keys, call.db, key)?;
-    let Stream {
-        entries, groups, ..
-    } = stream;
-    let group = groups
-        .get_mut(arg(argv, 2)?)
-        .ok_or_else(|| internal("KeyError: the group vanished"))?;
-    if last_id > group.last_id {
-        group.last_id = last_id;
     }
     let delivery_time: i64 =
         if delivery_time == -1 || delivery_time < 0 || delivery_time > i128::from(now) {
@@ -212,16 +203,16 @@ pub fn xclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
         } else {
             delivery_time as i64 // within 0..=now
         };
-    let consumer_name = arg(argv, 3)?;
-    let mut consumer: Option<&str> = None;
-    if profile.eager_consumers {
-        claimer(&mut consumer, &mut group.consumers, consumer_name, now);
+    let mut claimer = Claimer::new(call, m.profile, delivery_time, retrycount, justid)?;
+    let (entries, group) = claimer.group_in(m.keys, call)?;
+    if last_id > group.last_id {
+        group.last_id = last_id;
     }
     for entry_id in ids {
         let pending = group.pel.contains_key(&entry_id);
         if !entries.contains(&entry_id) {
             if pending {
-                drop_dangling(&mut m.hist, call, key, group, entry_id)?;
+                drop_dangling(&mut m.hist.open(call, key, group), entry_id)?;
             }
             continue;
         }
@@ -237,20 +228,7 @@ pub fn xclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
         {
             continue;
         }
-        let claimer = claimer(&mut consumer, &mut group.consumers, consumer_name, now);
-        claim(
-            &mut m.hist,
-            profile,
-            call,
-            key,
-            group,
-            entry_id,
-            claimer,
-            delivery_time,
-            retrycount,
-            justid,
-            true,
-        )?;
+        claimer.claim(&mut m.hist, call, key, group, entry_id)?;
     }
     Ok(())
 }
@@ -278,39 +256,24 @@ pub fn xautoclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
     };
     let mut count: i64 = 100;
     let mut justid = false;
-    let mut j = 6;
     let max_count = i64::MAX / 16;
-    while j < argv.len() {
-        let moreargs = argv.len() - 1 - j;
-        let low = lower(&argv[j]);
+    let mut options = Options::new(argv, 6);
+    while let Some((low, moreargs)) = options.next_option() {
         if low == "count" && moreargs > 0 {
-            match parse_ll(arg(argv, j + 1)?) {
+            match parse_ll(options.value()?) {
                 Some(value) if (1..=max_count).contains(&value) => count = value,
                 _ => return Err(Fail::Command("out_of_range")),
             }
-            j += 1;
         } else if low == "justid" {
             justid = true;
         } else {
             return Err(Fail::Command("syntax_error"));
         }
-        j += 1;
     }
     lookup_group(m, call)?;
-    let profile = m.profile;
     let now = call.now;
-    let stream = stream_in(m.keys, call.db, key)?;
-    let Stream {
-        entries, groups, ..
-    } = stream;
-    let group = groups
-        .get_mut(arg(argv, 2)?)
-        .ok_or_else(|| internal("KeyError: the group vanished"))?;
-    let consumer_name = arg(argv, 3)?;
-    let mut consumer: Option<&str> = None;
-    if profile.eager_consumers {
-        claimer(&mut consumer, &mut group.consumers, consumer_name, now);
-    }
+    let mut claimer = Claimer::new(call, m.profile, now, -1, justid)?;
+    let (entries, group) = claimer.group_in(m.keys, call)?;
     let mut attempts = count * 10;
     let mut position = start;
     let mut last_examined: Option<StreamId> = None;
@@ -323,27 +286,14 @@ pub fn xautoclaim(m: &mut Model, call: &Call) -> Result<(), Fail> {
         last_examined = Some(entry_id);
         position = incr_id(entry_id).unwrap_or(MAX_ID);
         if !entries.contains(&entry_id) {
-            drop_dangling(&mut m.hist, call, key, group, entry_id)?;
+            drop_dangling(&mut m.hist.open(call, key, group), entry_id)?;
             count -= 1;
             continue;
         }
         if minidle != 0 && i128::from(now) - i128::from(delivery_time) < minidle {
             continue;
         }
-        let claimer = claimer(&mut consumer, &mut group.consumers, consumer_name, now);
-        claim(
-            &mut m.hist,
-            profile,
-            call,
-            key,
-            group,
-            entry_id,
-            claimer,
-            now,
-            -1,
-            justid,
-            true,
-        )?;
+        claimer.claim(&mut m.hist, call, key, group, entry_id)?;
         count -= 1;
     }
     let mut cursor = ZERO_ID;
@@ -374,39 +324,10 @@ pub fn xack(m: &mut Model, call: &Call) -> Result<(), Fail> {
     let Some(group) = stream.groups.get_mut(name) else {
         return Ok(());
     };
-    let ids = argv
-        .get(3..)
-        .unwrap_or_default()
-        .iter()
-        .map(|a| strict_id(a))
-        .collect::<Result<Vec<_>, _>>()?;
-    let GroupParts {
-        pel,
-        consumers,
-        mut rec,
-        ..
-    } = parts(group);
+    let ids = strict_ids(argv, 3)?;
+    let mut g = m.hist.open(call, key, group);
     for entry_id in ids {
-        let Some(mut nack) = pel.remove(&entry_id) else {
-            continue;
-        };
-        if let Some(owner) = nack.consumer.as_ref().and_then(|c| consumers.get_mut(c)) {
-            owner.pel.remove(&entry_id);
-        }
-        let from = nack.consumer.clone();
-        m.hist.record(
-            call,
-            call.db,
-            key,
-            &mut rec,
-            entry_id,
-            "acked",
-            from.as_deref(),
-            None,
-            &mut nack,
-            Some("acked"),
-            false,
-        )?;
+        release(&mut g, entry_id, "acked", "acked");
     }
     Ok(())
 }

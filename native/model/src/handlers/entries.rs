@@ -7,7 +7,7 @@ use crate::model::Model;
 use crate::nodes::{append_entry, delete_entry, refresh_first_id};
 use crate::trim::{trim, Strategy, TrimArgs};
 
-use super::{arg, ll, lookup_stream_in, lower, stream_in, strict_id};
+use super::{arg, ll, lookup_stream_in, lower, stream_in, strict_id, strict_ids};
 
 /// Options of XADD/XTRIM in server order; returns the ID position (XADD) and the options.
 fn parse_add_or_trim(argv: &[String], xadd: bool) -> Result<(usize, TrimArgs), Fail> {
@@ -193,12 +193,7 @@ pub fn xdel(m: &mut Model, call: &Call) -> Result<(), Fail> {
     let Some(stream) = lookup_stream_in(m.keys, call.db, key)? else {
         return Ok(());
     };
-    let ids = argv
-        .get(2..)
-        .unwrap_or_default()
-        .iter()
-        .map(|a| strict_id(a))
-        .collect::<Result<Vec<_>, _>>()?;
+    let ids = strict_ids(argv, 2)?;
     let mut deleted = 0;
     let mut first_entry = false;
     let mut removed: Vec<StreamId> = Vec::new();

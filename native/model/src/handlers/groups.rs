@@ -4,7 +4,6 @@ use crate::calls::Call;
 use crate::fail::{internal, Fail};
 use crate::ids::ZERO_ID;
 use crate::model::Model;
-use crate::recorder::{parts, GroupParts};
 use crate::state::{Consumer, Group, INVALID_ENTRIES_READ};
 
 use super::{any_id, arg, ll, lower, stream_in, strict_id};
@@ -143,30 +142,15 @@ pub fn xgroup(m: &mut Model, call: &Call) -> Result<(), Fail> {
                 .groups
                 .get_mut(group_name)
                 .ok_or_else(|| internal("AssertionError: no group"))?;
-            let GroupParts {
-                pel,
-                consumers,
-                mut rec,
-                ..
-            } = parts(group);
-            if let Some(consumer) = consumers.shift_remove(arg(argv, 4)?) {
+            let mut g = m.hist.open(call, key, group);
+            if let Some(consumer) = g.consumers.shift_remove(arg(argv, 4)?) {
                 for entry_id in consumer.pel.iter().copied() {
-                    let mut nack = pel
+                    let mut nack = g
+                        .pel
                         .remove(&entry_id)
                         .ok_or_else(|| internal("KeyError: a consumer's entry is not pending"))?;
-                    m.hist.record(
-                        call,
-                        db,
-                        key,
-                        &mut rec,
-                        entry_id,
-                        "consumer_deleted",
-                        Some(&consumer.name),
-                        None,
-                        &mut nack,
-                        Some("consumer_deleted"),
-                        false,
-                    )?;
+                    g.log
+                        .left(entry_id, "consumer_deleted", "consumer_deleted", &mut nack);
                 }
             }
         }

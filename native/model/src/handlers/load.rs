@@ -6,7 +6,7 @@ use crate::calls::Call;
 use crate::fail::{internal, Fail};
 use crate::ids::{parse_ll, parse_strict_id, StreamId};
 use crate::model::Model;
-use crate::recorder::{parts, GroupParts, Recorder};
+use crate::recorder::Recorder;
 use crate::state::{Consumer, Group, Node, PendingEntry, Stream};
 
 use super::{arg, consumer_mut, lookup_stream_in};
@@ -211,23 +211,19 @@ fn load_pending(
         }
         holders.insert(*entry_id, consumer);
     }
-    let GroupParts {
-        pel,
-        consumers,
-        mut rec,
-        ..
-    } = parts(group);
+    let mut g = hist.open(call, key, group);
     for (entry_id, consumer, delivery_ms, count) in parsed {
-        pel.insert(
+        g.pel.insert(
             entry_id,
             PendingEntry::new(Some(consumer.to_string()), delivery_ms, count),
         );
-        consumer_mut(consumers, consumer)?.pel.insert(entry_id);
+        consumer_mut(g.consumers, consumer)?.pel.insert(entry_id);
         let exists = entries.contains(&entry_id);
-        let nack = pel
+        let nack = g
+            .pel
             .get_mut(&entry_id)
             .ok_or_else(|| internal("KeyError: not pending"))?;
-        hist.loaded(call, key, &mut rec, entry_id, nack, exists)?;
+        g.log.loaded(entry_id, nack, exists)?;
     }
     Ok(())
 }

@@ -31,7 +31,7 @@ use crate::calls::Call;
 use crate::fail::{internal, Fail};
 use crate::ids::{parse_id, parse_ll, parse_strict_id, StreamId};
 use crate::model::Model;
-use crate::state::{Consumer, KeyRef, Keys, Stream, Value};
+use crate::state::{Consumer, Entries, Group, KeyRef, Keys, Stream, Value};
 
 pub use load::LOAD_COMMAND;
 pub use xreadgroup::serve_ready;
@@ -129,9 +129,44 @@ pub(crate) fn strict_id(text: &str) -> Result<StreamId, Fail> {
     Ok(parse_strict_id(text)?)
 }
 
+/// Every argument from `argv[from]` on as a stream ID (one malformed ID fails the
+/// command).
+pub(crate) fn strict_ids(argv: &[String], from: usize) -> Result<Vec<StreamId>, Fail> {
+    let rest = argv.get(from..).unwrap_or_default();
+    rest.iter().map(|a| strict_id(a)).collect()
+}
+
 /// A stream ID argument, `-` and `+` allowed.
 pub(crate) fn any_id(text: &str) -> Result<StreamId, Fail> {
     Ok(parse_id(text, 0, false, false)?.0)
+}
+
+/// A command's options from one argument on, taken in server order.
+pub(crate) struct Options<'a> {
+    argv: &'a [String],
+    /// the next argument to take
+    pub at: usize,
+}
+
+impl<'a> Options<'a> {
+    pub(crate) fn new(argv: &'a [String], at: usize) -> Self {
+        Options { argv, at }
+    }
+
+    /// The next option's name in lower case and how many arguments follow it (None: no
+    /// more).
+    pub(crate) fn next_option(&mut self) -> Option<(String, usize)> {
+        let name = self.argv.get(self.at)?;
+        self.at += 1;
+        Some((lower(name), self.argv.len() - self.at))
+    }
+
+    /// The argument after the option just taken (taken too).
+    pub(crate) fn value(&mut self) -> Result<&'a str, Fail> {
+        let value = arg(self.argv, self.at)?;
+        self.at += 1;
+        Ok(value)
+    }
 }
 
 /// Python's `str.lower()` (Unicode-aware).
@@ -196,4 +231,20 @@ pub(crate) fn stream_in<'k>(
         Some(Value::Stream(stream)) => Ok(stream),
         _ => Err(internal("KeyError: the stream vanished")),
     }
+}
+
+/// A stream's entries beside its group `name` (None: no such group), borrowed apart.
+pub(crate) fn group_of<'s>(
+    stream: &'s mut Stream,
+    name: &str,
+) -> Option<(&'s Entries, &'s mut Group)> {
+    let Stream {
+        entries, groups, ..
+    } = stream;
+    Some((entries, groups.get_mut(name)?))
+}
+
+/// A group the handler found before is gone.
+pub(crate) fn vanished() -> Fail {
+    internal("KeyError: the group vanished")
 }

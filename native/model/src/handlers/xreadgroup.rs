@@ -1,106 +1,107 @@
 //! XREADGROUP, and the readers it blocks: served after a later write to one of their
 //! keys (`serve_ready`).
 
+use std::collections::btree_map::Entry;
+
 use crate::calls::{BlockedRead, Call, Profile};
 use crate::fail::{internal, overflow, Fail};
 use crate::ids::{incr_id, parse_ll, StreamId, MAX_ID, ZERO_ID};
 use crate::lag::{count_read, StreamStats};
 use crate::model::Model;
-use crate::recorder::{parts, GroupParts, Recorder};
+use crate::recorder::Recorder;
 use crate::state::{Entries, Group, KeyRef, PendingEntry, Stream, Value};
 use crate::units::LUA_CLIENT;
 
-use super::{
-    arg, consumer_mut, get_or_create_consumer, ll, lower, stream_in, strict_id, touch_consumer,
-};
+use super::{consumer_mut, group_of, ll, stream_in, strict_id, touch_consumer, vanished, Options};
 
 /// 7.0 serves a blocked reader without COUNT this many entries
 pub const BLOCKED_DEFAULT_COUNT: i64 = 1000;
 
+/// What a read serves: the reading consumer, COUNT (0: all) and NOACK.
+struct Read<'r> {
+    consumer: &'r str,
+    count: i64,
+    noack: bool,
+}
+
+/// A stream split for a read of one of its groups: the counters the lag estimates read,
+/// the entries and the group.
+struct Target<'s> {
+    stats: StreamStats,
+    entries: &'s Entries,
+    group: &'s mut Group,
+}
+
+impl<'s> Target<'s> {
+    /// The group `name` of `stream` (None: no such group).
+    fn of(stream: &'s mut Stream, name: &str) -> Option<Self> {
+        let stats = StreamStats::of(stream);
+        let (entries, group) = group_of(stream, name)?;
+        Some(Target {
+            stats,
+            entries,
+            group,
+        })
+    }
+}
+
 /// Deliver entries after the group's last_id (a `>` read).
-#[allow(clippy::too_many_arguments)]
 fn serve_new(
     hist: &mut Recorder,
     profile: &Profile,
     call: &Call,
     key: &str,
-    stats: &StreamStats,
-    entries: &Entries,
-    group: &mut Group,
-    consumer: &str,
-    count: i64,
-    noack: bool,
+    target: Target,
+    read: &Read,
 ) -> Result<(), Fail> {
     let now = call.now;
-    let g = parts(group);
-    let GroupParts {
-        last_id,
-        entries_read,
-        pel,
-        consumers,
-        mut rec,
-    } = g;
-    let start = incr_id(*last_id).unwrap_or(ZERO_ID);
+    let Target {
+        stats,
+        entries,
+        group,
+    } = target;
+    let consumer = read.consumer;
+    let mut g = hist.open(call, key, group);
+    let start = incr_id(*g.last_id).unwrap_or(ZERO_ID);
     let mut delivered: i64 = 0;
     for &entry_id in entries.iter_from(start) {
         delivered += 1;
-        if entry_id > *last_id {
-            count_read(stats, *last_id, entries_read, entry_id, profile.strict_lag)?;
-            *last_id = entry_id;
+        if entry_id > *g.last_id {
+            count_read(
+                &stats,
+                *g.last_id,
+                g.entries_read,
+                entry_id,
+                profile.strict_lag,
+            )?;
+            *g.last_id = entry_id;
         }
-        if !noack {
-            let exists = entries.contains(&entry_id);
-            match pel.get_mut(&entry_id) {
-                None => {
-                    let nack = pel
-                        .entry(entry_id)
-                        .or_insert_with(|| PendingEntry::new(Some(consumer.to_string()), now, 1));
-                    consumer_mut(consumers, consumer)?.pel.insert(entry_id);
-                    hist.record(
-                        call,
-                        call.db,
-                        key,
-                        &mut rec,
-                        entry_id,
-                        "delivered",
-                        None,
-                        Some(consumer),
-                        nack,
-                        None,
-                        exists,
-                    )?;
+        if !read.noack {
+            let (change, previous, nack) = match g.pel.entry(entry_id) {
+                Entry::Vacant(slot) => {
+                    let nack = PendingEntry::new(Some(consumer.to_string()), now, 1);
+                    ("delivered", None, slot.insert(nack))
                 }
-                Some(nack) => {
+                Entry::Occupied(slot) => {
+                    let nack = slot.into_mut();
                     let previous = nack.consumer.take();
-                    if let Some(previous) = &previous {
-                        if let Some(owner) = consumers.get_mut(previous) {
-                            owner.pel.remove(&entry_id);
-                        }
+                    if let Some(owner) = previous.as_ref().and_then(|p| g.consumers.get_mut(p)) {
+                        owner.pel.remove(&entry_id);
                     }
                     nack.consumer = Some(consumer.to_string());
                     nack.delivery_time = now;
                     nack.delivery_count = 1;
-                    consumer_mut(consumers, consumer)?.pel.insert(entry_id);
-                    hist.record(
-                        call,
-                        call.db,
-                        key,
-                        &mut rec,
-                        entry_id,
-                        "reassigned",
-                        previous.as_deref(),
-                        Some(consumer),
-                        nack,
-                        None,
-                        exists,
-                    )?;
+                    ("reassigned", previous, nack)
                 }
-            }
+            };
+            consumer_mut(g.consumers, consumer)?.pel.insert(entry_id);
+            g.log
+                .delivered(entry_id, change, previous.as_deref(), consumer, nack);
             if profile.active_time {
-                consumer_mut(consumers, consumer)?.active_time = now;
+                consumer_mut(g.consumers, consumer)?.active_time = now;
             }
         }
-        if count != 0 && delivered == count {
+        if read.count != 0 && delivered == read.count {
             break;
         }
     }
@@ -108,33 +109,27 @@ fn serve_new(
 }
 
 /// Re-deliver the consumer's own pending entries from `start` (a history read).
-#[allow(clippy::too_many_arguments)]
 fn serve_history(
     hist: &mut Recorder,
     call: &Call,
     key: &str,
-    entries: &Entries,
-    group: &mut Group,
-    consumer: &str,
+    target: Target,
+    read: &Read,
     start: StreamId,
-    count: i64,
 ) -> Result<(), Fail> {
-    let GroupParts {
-        pel,
-        consumers,
-        mut rec,
-        ..
-    } = parts(group);
-    let owned = &consumer_mut(consumers, consumer)?.pel;
-    let limit = if count > 0 {
-        count as usize
+    let consumer = read.consumer;
+    let mut g = hist.open(call, key, target.group);
+    let owned = &consumer_mut(g.consumers, consumer)?.pel;
+    let limit = if read.count > 0 {
+        read.count as usize
     } else {
         usize::MAX
     };
     let ids: Vec<StreamId> = owned.range(start..).take(limit).copied().collect();
     for entry_id in ids {
-        if entries.contains(&entry_id) {
-            let nack = pel
+        if target.entries.contains(&entry_id) {
+            let nack = g
+                .pel
                 .get_mut(&entry_id)
                 .ok_or_else(|| internal("KeyError: a consumer's entry is not pending"))?;
             let delivery_count = nack
@@ -143,19 +138,8 @@ fn serve_history(
                 .ok_or_else(|| overflow("delivery_count"))?;
             nack.delivery_time = call.now;
             nack.delivery_count = delivery_count;
-            hist.record(
-                call,
-                call.db,
-                key,
-                &mut rec,
-                entry_id,
-                "redelivered",
-                Some(consumer),
-                Some(consumer),
-                nack,
-                None,
-                true,
-            )?;
+            g.log
+                .delivered(entry_id, "redelivered", Some(consumer), consumer, nack);
         }
     }
     Ok(())
@@ -191,39 +175,33 @@ pub fn xreadgroup(m: &mut Model, call: &Call) -> Result<(), Fail> {
     let mut noack = false;
     let mut block_ms: Option<i64> = None;
     let mut streams_arg = 0usize;
-    let mut i = 1;
-    while i < argc {
-        let moreargs = argc - i - 1;
-        let low = lower(arg(argv, i)?);
+    let mut options = Options::new(argv, 1);
+    while let Some((low, moreargs)) = options.next_option() {
         if low == "block" && moreargs > 0 {
             if call.client.as_deref() == Some(LUA_CLIENT) && !m.profile.script_block {
                 return Err(Fail::Command("block_in_script"));
             }
-            i += 1;
-            let timeout = parse_ll(arg(argv, i)?).ok_or(Fail::Command("not_an_integer"))?;
+            let timeout = parse_ll(options.value()?).ok_or(Fail::Command("not_an_integer"))?;
             if timeout < 0 {
                 return Err(Fail::Command("out_of_range"));
             }
             block_ms = Some(timeout);
         } else if low == "count" && moreargs > 0 {
-            i += 1;
-            count = ll(arg(argv, i)?)?.max(0);
+            count = ll(options.value()?)?.max(0);
         } else if low == "streams" && moreargs > 0 {
-            streams_arg = i + 1;
+            streams_arg = options.at;
             if !(argc - streams_arg).is_multiple_of(2) {
                 return Err(Fail::Command("syntax_error"));
             }
             break;
         } else if low == "group" && moreargs >= 2 {
-            group_name = Some(arg(argv, i + 1)?);
-            consumer_name = arg(argv, i + 2)?;
-            i += 2;
+            group_name = Some(options.value()?);
+            consumer_name = options.value()?;
         } else if low == "noack" {
             noack = true;
         } else {
             return Err(Fail::Command("syntax_error"));
         }
-        i += 1;
     }
     let Some(group_name) = group_name.filter(|_| streams_arg != 0) else {
         return Err(Fail::Command("syntax_error"));
@@ -252,49 +230,28 @@ pub fn xreadgroup(m: &mut Model, call: &Call) -> Result<(), Fail> {
     }
     let profile = m.profile;
     let now = call.now;
+    let read = Read {
+        consumer: consumer_name,
+        count,
+        noack,
+    };
     let mut served = false;
     for (key, gt) in targets {
         let eager = profile.eager_consumers;
         let stream = stream_in(m.keys, call.db, key)?;
-        let stats = StreamStats::of(stream);
-        let Stream {
-            entries, groups, ..
-        } = stream;
-        let group = groups
-            .get_mut(group_name)
-            .ok_or_else(|| internal("KeyError: the group vanished"))?;
+        let target = Target::of(stream, group_name).ok_or_else(vanished)?;
         if let Some(gt) = gt {
-            touch_consumer(&mut group.consumers, consumer_name, now);
+            touch_consumer(&mut target.group.consumers, consumer_name, now);
             let start = incr_id(gt).unwrap_or(ZERO_ID);
-            serve_history(
-                &mut m.hist,
-                call,
-                key,
-                entries,
-                group,
-                consumer_name,
-                start,
-                count,
-            )?;
+            serve_history(&mut m.hist, call, key, target, &read, start)?;
             served = true;
             continue;
         }
-        let serve = matches!(entries.last(), Some(last) if *last > group.last_id);
+        let serve = matches!(target.entries.last(), Some(last) if *last > target.group.last_id);
         if eager || serve {
-            touch_consumer(&mut group.consumers, consumer_name, now);
+            touch_consumer(&mut target.group.consumers, consumer_name, now);
             if serve {
-                serve_new(
-                    &mut m.hist,
-                    profile,
-                    call,
-                    key,
-                    &stats,
-                    entries,
-                    group,
-                    consumer_name,
-                    count,
-                    noack,
-                )?;
+                serve_new(&mut m.hist, profile, call, key, target, &read)?;
                 served = true;
             }
         }
@@ -332,37 +289,24 @@ pub fn serve_blocked_7_0(
     let Some(Value::Stream(stream)) = m.keys.get_mut(&KeyRef(call.db, key)) else {
         return Ok(true);
     };
-    let stats = StreamStats::of(stream);
-    let Stream {
-        entries,
-        groups,
-        last_id,
-        ..
-    } = stream;
-    let Some(group) = groups.get_mut(&blocked.group) else {
+    let last_id = stream.last_id;
+    let Some(target) = Target::of(stream, &blocked.group) else {
         return Ok(true);
     };
-    if *last_id <= group.last_id {
+    if last_id <= target.group.last_id {
         return Ok(false);
     }
-    get_or_create_consumer(&mut group.consumers, &blocked.consumer, call.now).seen_time = call.now;
-    let count = if blocked.count != 0 {
-        blocked.count
-    } else {
-        BLOCKED_DEFAULT_COUNT
+    touch_consumer(&mut target.group.consumers, &blocked.consumer, call.now);
+    let read = Read {
+        consumer: &blocked.consumer,
+        count: if blocked.count != 0 {
+            blocked.count
+        } else {
+            BLOCKED_DEFAULT_COUNT
+        },
+        noack: blocked.noack,
     };
-    serve_new(
-        &mut m.hist,
-        profile,
-        call,
-        key,
-        &stats,
-        entries,
-        group,
-        &blocked.consumer,
-        count,
-        blocked.noack,
-    )?;
+    serve_new(&mut m.hist, profile, call, key, target, &read)?;
     Ok(true)
 }
 
