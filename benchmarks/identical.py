@@ -55,18 +55,12 @@ def _write_events(path: Path, rows: list[dict[str, Any]]) -> None:
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    schema = pa.schema(
-        [
-            ("seq", pa.int64()),
-            ("ts_ms", pa.int64()),
-            ("argv", pa.list_(pa.string())),
-            ("db", pa.int32()),
-            ("client", pa.string()),
-            ("source", pa.string()),
-        ]
-    )
-    cols = {name: [row.get(name) for row in rows] for name in schema.names}
-    write_deltalake(str(path), pa.table(cols, schema=schema), mode="overwrite")
+    sys.path.insert(0, str(ROOT))
+    from pelengine.runs.events import EVENTS_ARROW_SCHEMA, rows_to_batches
+
+    batches = list(rows_to_batches(rows))
+    table = pa.Table.from_batches(batches, schema=EVENTS_ARROW_SCHEMA)
+    write_deltalake(str(path), table, mode="overwrite")
 
 
 def scenario_rows() -> list[dict[str, Any]]:

@@ -1,15 +1,20 @@
 """Processes the tests start in a session of their own (a Spark Connect server, a
 standalone master and worker, spark-submit): a free port, which of a group still live,
-stopping a whole group, and the tail of a log for a failure's message."""
+stopping a whole group, and the tail of a log for a failure's message; and the build of
+the pure wheel (`make dist`'s pip command)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -59,3 +64,22 @@ def tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"({path} unreadable)"
+
+
+def start_wheel_build(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start `make dist`'s pip command on a copy of the sources (so no build/ lands in the
+    repo); returns the process and the directory the wheel goes to."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(
+        REPO / "pelengine", src / "pelengine", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    dist = tmp_path / "dist"
+    command = [
+        sys.executable,
+        *("-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps"),
+        *("--wheel-dir", str(dist), str(src)),
+    ]
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, cwd=tmp_path), dist

@@ -17,6 +17,9 @@ import re
 
 _ESCAPED = {b: f"\\x{b:02x}" for b in [*range(0x80, 0x100), 0x5C]}
 _ESCAPE = re.compile(rb"\\x([0-9a-f]{2})")
+# sdscatrepr's named escapes (any other byte outside 0x20..0x7e is \xhh)
+_SDS_ESCAPES = {0x5C: "\\\\", 0x22: '\\"', 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+_SDS_ESCAPES.update({0x07: "\\a", 0x08: "\\b"})
 
 
 def readable(raw: bytes) -> str:
@@ -46,3 +49,19 @@ def byte_length(text: str) -> int:
     if b"\\x" not in raw:
         return len(raw)
     return len(raw) - 3 * len(_ESCAPE.findall(raw))
+
+
+def sds_repr(raw: bytes) -> str:
+    """``raw`` quoted as the server quotes a string (``sdscatrepr``: a MONITOR line's
+    arguments, ``redis-cli``'s strings): in double quotes, with escapes for quotes,
+    backslashes, control and non-ASCII bytes."""
+    out = ['"']
+    for byte in raw:
+        if byte in _SDS_ESCAPES:
+            out.append(_SDS_ESCAPES[byte])
+        elif 0x20 <= byte <= 0x7E:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\x{byte:02x}")
+    out.append('"')
+    return "".join(out)

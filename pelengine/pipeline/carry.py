@@ -32,16 +32,7 @@ class Carry:
 
 def rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> DataFrame:
     """Saved state rows under the names of the families they were merged into."""
-    spark = states.sparkSession
-    moves = spark.createDataFrame(
-        [(db, old, new) for (db, old), new in renamed.items()],
-        "db int, family string, _new string",
-    )
-    return (
-        states.join(F.broadcast(moves), ["db", "family"], "left")
-        .withColumn("family", F.coalesce(F.col("_new"), F.col("family")))
-        .drop("_new")
-    )
+    return _mapped(states, "family", renamed, "family")
 
 
 def prior_segments(
@@ -105,15 +96,22 @@ def carry_tables(
 
 def _family_column(df: DataFrame, family_of: dict[tuple[int, str], str]) -> DataFrame:
     """``df`` (with db, key) plus ``family``: its family (the key itself unless tied)."""
-    spark = df.sparkSession
     if not family_of:
         return df.withColumn("family", F.col("key"))
-    linked = spark.createDataFrame(
-        [(db, key, fam) for (db, key), fam in family_of.items()],
-        "db int, key string, _fam string",
+    return _mapped(df, "key", family_of, "family")
+
+
+def _mapped(
+    df: DataFrame, column: str, mapping: dict[tuple[int, str], str], into: str
+) -> DataFrame:
+    """``df`` (with db and ``column``) with ``into`` set to what ``mapping`` maps
+    ``(db, column)`` to, or to ``column`` itself where it maps nothing."""
+    table = df.sparkSession.createDataFrame(
+        [(db, name, to) for (db, name), to in mapping.items()],
+        f"db int, {column} string, _to string",
     )
     return (
-        df.join(F.broadcast(linked), ["db", "key"], "left")
-        .withColumn("family", F.coalesce(F.col("_fam"), F.col("key")))
-        .drop("_fam")
+        df.join(F.broadcast(table), ["db", column], "left")
+        .withColumn(into, F.coalesce(F.col("_to"), F.col(column)))
+        .drop("_to")
     )

@@ -88,27 +88,21 @@ def _all(conditions: list[Column]) -> Column:
 def _moment(history: DataFrame, as_of_seq: int | None, as_of_ms: int | None) -> DataFrame | None:
     """One row with what the history knows of the coordinate not given (``_as_of_ms`` or
     ``_as_of_seq``) and the run's last seq (``_run_seq``); None when both are given."""
-    run_seq, run_ms = F.max("as_of_seq"), F.max("as_of_ms")
+    run = {"seq": F.max("as_of_seq"), "ms": F.max("as_of_ms")}
     if as_of_seq is not None and as_of_ms is not None:
         return None
-    if as_of_seq is not None:
-        n = F.lit(as_of_seq)
-        known = F.greatest(
-            F.max(F.when(F.col("valid_from_seq") <= n, F.col("valid_from_ms"))),
-            F.max(F.when(F.col("valid_to_seq") <= n, F.col("valid_to_ms"))),
-        )
-        return history.agg(
-            F.when(n >= run_seq, run_ms).otherwise(known).alias("_as_of_ms"),
-            run_seq.alias("_run_seq"),
-        )
-    m = F.lit(as_of_ms)
+    # the coordinate given, its value, and the one to find
+    given, at, wanted = (
+        ("seq", as_of_seq, "ms") if as_of_seq is not None else ("ms", as_of_ms, "seq")
+    )
+    cut = F.lit(at)
     known = F.greatest(
-        F.max(F.when(F.col("valid_from_ms") <= m, F.col("valid_from_seq"))),
-        F.max(F.when(F.col("valid_to_ms") <= m, F.col("valid_to_seq"))),
+        F.max(F.when(F.col(f"valid_from_{given}") <= cut, F.col(f"valid_from_{wanted}"))),
+        F.max(F.when(F.col(f"valid_to_{given}") <= cut, F.col(f"valid_to_{wanted}"))),
     )
     return history.agg(
-        F.when(m >= run_ms, run_seq).otherwise(known).alias("_as_of_seq"),
-        run_seq.alias("_run_seq"),
+        F.when(cut >= run[given], run[wanted]).otherwise(known).alias(f"_as_of_{wanted}"),
+        run["seq"].alias("_run_seq"),
     )
 
 

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine import storage
-from pelengine.model.text import raw_bytes
+from pelengine.model.text import raw_bytes, sds_repr
 
 UINT64_MAX = 2**64 - 1
 LONG_MAX = 2**63 - 1
@@ -274,22 +274,6 @@ def xpending_range(
 # ---- printing ---------------------------------------------------------------------------------
 
 
-def _repr_bytes(text: str) -> str:
-    """``sdscatrepr``: a quoted string, escapes for quotes, control and non-ASCII bytes."""
-    out = ['"']
-    escapes = {0x5C: "\\\\", 0x22: '\\"', 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
-    escapes.update({0x07: "\\a", 0x08: "\\b"})
-    for byte in raw_bytes(text):
-        if byte in escapes:
-            out.append(escapes[byte])
-        elif 0x20 <= byte <= 0x7E:
-            out.append(chr(byte))
-        else:
-            out.append(f"\\x{byte:02x}")
-    out.append('"')
-    return "".join(out)
-
-
 def format_reply(reply: Reply) -> str:
     """The reply as ``redis-cli`` prints it on a terminal (``cliFormatReplyTTY``)."""
     return _format(reply, "").rstrip("\n")
@@ -305,7 +289,7 @@ def _format(reply: Reply, prefix: str) -> str:
     if isinstance(reply, int):
         return f"(integer) {reply}\n"
     if isinstance(reply, str):
-        return _repr_bytes(reply) + "\n"
+        return sds_repr(raw_bytes(reply)) + "\n"
     if not reply:
         return "(empty array)\n"
     width = len(str(len(reply)))

@@ -14,6 +14,32 @@ from pelengine.runs.events import EVENTS_ARROW_SCHEMA, next_seq, rows_to_batches
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from pelengine.ingest.rdb.results import RdbFile
+
+
+def _report(
+    rdb: RdbFile, rows: list[dict[str, Any]], *, source: str, events: str, appended: bool
+) -> dict[str, Any]:
+    """What ``pelengine ingest-rdb`` reports: the snapshot (its header, its time, what it
+    holds) and the load rows it became."""
+    from pelengine.ingest.rdb.starting_state import snapshot_time_ms
+
+    streams = list(rdb.streams.values())
+    return {
+        "source": source,
+        "events": events,
+        "header": f"{rdb.magic}{rdb.version}",
+        "snapshot_time_ms": snapshot_time_ms(rdb),
+        "keys": len(rdb.keys),
+        "streams": len(streams),
+        "groups": sum(len(s.groups) for s in streams),
+        "pending": sum(len(g.pel) for s in streams for g in s.groups),
+        "rows": len(rows),
+        "first_seq": rows[0]["seq"],
+        "last_seq": rows[-1]["seq"],
+        "appended": appended,
+    }
+
 
 def ingest_rdb(
     spark: SparkSession,
@@ -29,7 +55,7 @@ def ingest_rdb(
     after the snapshot). Read and checked whole before anything is written: a corrupt
     or truncated file raises :class:`pelengine.ingest.rdb.RdbFormatError`."""
     from pelengine.ingest.rdb import read_rdb
-    from pelengine.ingest.rdb.starting_state import load_rows, snapshot_time_ms
+    from pelengine.ingest.rdb.starting_state import load_rows
     from pelengine.schemas import EVENTS_SCHEMA
     from pelengine.storage import write_table
 
@@ -37,21 +63,7 @@ def ingest_rdb(
     rdb = read_rdb(rdb_path, keep_values=False)
     start = None if overwrite else next_seq(spark, events_path)
     rows = load_rows(rdb, first_seq=start or 1)
-    streams = list(rdb.streams.values())
-    report = {
-        "source": rdb_path,
-        "events": events_path,
-        "header": f"{rdb.magic}{rdb.version}",
-        "snapshot_time_ms": snapshot_time_ms(rdb),
-        "keys": len(rdb.keys),
-        "streams": len(streams),
-        "groups": sum(len(s.groups) for s in streams),
-        "pending": sum(len(g.pel) for s in streams for g in s.groups),
-        "rows": len(rows),
-        "first_seq": rows[0]["seq"],
-        "last_seq": rows[-1]["seq"],
-        "appended": start is not None,
-    }
+    report = _report(rdb, rows, source=rdb_path, events=events_path, appended=start is not None)
     progress(f"writing {len(rows):,} load rows to {events_path}")
     table = pa.Table.from_batches(list(rows_to_batches(iter(rows))), schema=EVENTS_ARROW_SCHEMA)
     df = spark.createDataFrame(table, schema=EVENTS_SCHEMA)

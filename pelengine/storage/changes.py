@@ -154,16 +154,18 @@ def _embedded_changes(ref: str, since: int, until: int) -> TableChanges:
             f"delta-rs cannot list versions {since} and {until} file by file (a version "
             "is no longer in the log, or the table uses deletion vectors)"
         )
+    return _snapshot_changes(since, until, old, new, "delta-rs snapshots")
+
+
+def _snapshot_changes(
+    since: int, until: int, old: set[str], new: set[str], how: str
+) -> TableChanges:
+    """The changes between two snapshots' file lists (``old`` at ``since``, ``new`` at
+    ``until``): the files only ``new`` has were added, those only ``old`` has removed."""
     added = tuple(DataFile(p) for p in sorted(new - old))
     removed = tuple(DataFile(p) for p in sorted(old - new))
     return TableChanges(
-        since,
-        until,
-        added,
-        removed,
-        read_new=added,
-        read_old=removed or None,
-        how="delta-rs snapshots",
+        since, until, added, removed, read_new=added, read_old=removed or None, how=how
     )
 
 
@@ -205,17 +207,7 @@ def _delta_spark_changes(
         raise ChangesUnknownError(
             f"Delta could not list the files of versions {since} and {until}: {_first_line(exc)}"
         ) from None
-    added = tuple(DataFile(p) for p in sorted(new - old))
-    removed = tuple(DataFile(p) for p in sorted(old - new))
-    return TableChanges(
-        since,
-        until,
-        added,
-        removed,
-        read_new=added,
-        read_old=removed or None,
-        how="spark snapshots",
-    )
+    return _snapshot_changes(since, until, old, new, "spark snapshots")
 
 
 def read_changes(

@@ -148,10 +148,9 @@ class Admin(Choice):
         return True
 
     def step_del(self) -> bool:
-        live = [k for k in self.keys if k.exists]
-        if not live:
+        k = self.pick_existing_key()
+        if k is None:
             return False
-        k = self.pick(live)
         self.emit(
             ["DEL" if self.rnd() < 0.7 else "UNLINK", k.name], self.admin_db(k.db), ADMIN_CLIENT
         )
@@ -164,10 +163,9 @@ class Admin(Choice):
         return True
 
     def step_xsetid(self) -> bool:
-        live = [k for k in self.keys if k.exists]
-        if not live:
+        k = self.pick_existing_key()
+        if k is None:
             return False
-        k = self.pick(live)
         new = (max(k.last_id[0], self.now) + 1 + int(self.rnd() * 2000), 0)
         self.emit(["XSETID", k.name, fmt_id(new)], self.admin_db(k.db), ADMIN_CLIENT)
         k.last_id = new

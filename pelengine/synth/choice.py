@@ -20,6 +20,11 @@ class Choice(World):
     def pick_key(self) -> Key:
         return self.key_table[int(self.rnd() * len(self.key_table))]
 
+    def pick_existing_key(self) -> Key | None:
+        """A key that exists now, any of them equally (None when none does)."""
+        live = [k for k in self.keys if k.exists]
+        return self.pick(live) if live else None
+
     def pick_group(self) -> Group | None:
         rnd = self.rnd
         k = self.key_table[int(rnd() * len(self.key_table))]

@@ -6,6 +6,8 @@ left pending; each applied to the simulation as Redis 7.0 would."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from pelengine.synth.choice import Choice
@@ -13,7 +15,6 @@ from pelengine.synth.world import (
     EVENT_KINDS,
     GROUP_NAMES,
     MIN_IDLES,
-    SOURCE,
     ZERO,
     Group,
     Key,
@@ -22,6 +23,20 @@ from pelengine.synth.world import (
     fmt_id,
     has_id,
 )
+
+
+def _on_claim_target(
+    step: Callable[[Traffic, Group, Worker], bool],
+) -> Callable[[Traffic], bool]:
+    """A claiming step as a step of the workload: it acts on a group with pending entries
+    and a live worker of it (:meth:`Choice.claim_target`), and emits nothing without one."""
+
+    @wraps(step)
+    def run(self: Traffic) -> bool:
+        target = self.claim_target()
+        return target is not None and step(self, *target)
+
+    return run
 
 
 class Traffic(Choice):
@@ -52,18 +67,7 @@ class Traffic(Choice):
             argv += ["MINID", fmt_id(minid)]
         argv.append(f"{sid[0]}-*" if 0.97 < r < 0.98 else f"{sid[0]}-{sid[1]}")
         argv += ["kind", EVENT_KINDS[adds % len(EVENT_KINDS)], "n", str(adds)]
-        self.seq += 1
-        self.emitted += 1
-        self.out.append(
-            {
-                "seq": self.seq,
-                "ts_ms": now,
-                "argv": argv,
-                "db": k.db,
-                "client": k.producer,
-                "source": SOURCE,
-            }
-        )
+        self.emit(argv, k.db, k.producer)
         if nomkstream and not k.exists:
             return True
         k.exists = True
@@ -117,18 +121,7 @@ class Traffic(Choice):
         argv += [kk.name for kk in keys]
         argv += [">"] * len(keys)
         now = self.now
-        self.seq += 1
-        self.emitted += 1
-        self.out.append(
-            {
-                "seq": self.seq,
-                "ts_ms": now,
-                "argv": argv,
-                "db": k.db,
-                "client": w.client,
-                "source": SOURCE,
-            }
-        )
+        self.emit(argv, k.db, w.client)
         for gg in groups:
             entries = gg.key.entries
             i = bisect_right(entries, gg.last_id)
@@ -202,29 +195,15 @@ class Traffic(Choice):
                 del ids[int(self.rnd() * len(ids))]
             argv = ["XACK", g.key.name, g.name]
             argv += [f"{s[0]}-{s[1]}" for s in ids]
-            self.seq += 1
-            self.emitted += 1
-            self.out.append(
-                {
-                    "seq": self.seq,
-                    "ts_ms": self.now,
-                    "argv": argv,
-                    "db": g.key.db,
-                    "client": w.client,
-                    "source": SOURCE,
-                }
-            )
+            self.emit(argv, g.key.db, w.client)
             pel = g.pel
             for sid in ids:
                 pel.pop(sid, None)
             return True
         return False
 
-    def step_claim(self) -> bool:
-        target = self.claim_target()
-        if target is None:
-            return False
-        g, claimer = target
+    @_on_claim_target
+    def step_claim(self, g: Group, claimer: Worker) -> bool:
         k = g.key
         now = self.now
         cands: list[Sid] = []
@@ -307,11 +286,8 @@ class Traffic(Choice):
                 self.acks.append((g, claimer, claimer.epoch, claimed))
         return True
 
-    def step_autoclaim(self) -> bool:
-        target = self.claim_target()
-        if target is None:
-            return False
-        g, claimer = target
+    @_on_claim_target
+    def step_autoclaim(self, g: Group, claimer: Worker) -> bool:
         k = g.key
         now = self.now
         min_idle = self.pick(MIN_IDLES[:6])

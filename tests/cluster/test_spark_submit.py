@@ -40,7 +40,7 @@ from pelengine.schemas import OUTPUT_TABLES
 from pelengine.settings import Settings
 from pelengine.storage.jars import DELTA_CATALOG, DELTA_EXTENSION
 from tests.conftest import STORE
-from tests.processes import free_port, group_alive, stop_group, tail
+from tests.processes import free_port, group_alive, start_wheel_build, stop_group, tail
 
 # on delta-spark (--jars) in make test's first pass, on the embedded store in its second
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.stores]
@@ -178,32 +178,6 @@ def standalone(tmp_path: Path) -> Iterator[Standalone]:
         assert not left, f"Spark processes still running (process group: pids): {left}"
 
 
-def start_build(tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start `make dist`'s pip command on a copy of the sources (so no build/ lands in the
-    repo); returns the process and the directory the wheel goes to."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    shutil.copytree(
-        REPO / "pelengine", src / "pelengine", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    dist = tmp_path / "dist"
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-deps",
-        "--wheel-dir",
-        str(dist),
-        str(src),
-    ]
-    return subprocess.Popen(command, stdin=subprocess.DEVNULL, cwd=tmp_path), dist
-
-
 def finish_build(proc: subprocess.Popen[bytes], dist: Path) -> Path:
     """The .zip for --py-files: the wheel itself under another name (Spark puts only
     .zip/.egg/.jar --py-files on the executors' Python path)."""
@@ -302,7 +276,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
         clock = now
 
     # the daemons boot, the wheel builds and the events are written at the same time
-    build, dist = start_build(tmp_path)
+    build, dist = start_wheel_build(tmp_path)
     python = node_python(tmp_path)
     events = str(tmp_path / "events")
     assert write_generated_events(spark, events, EVENTS, KEYS, SEED) == EVENTS

@@ -11,13 +11,14 @@ would), the CLI starts, the Python model replays, and the engine seam
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
 import tomllib
 import zipfile
 from pathlib import Path
+
+from tests.processes import start_wheel_build
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -95,25 +96,8 @@ def test_runs_without_the_native_module() -> None:
 
 def test_pure_wheel_has_no_native_code(tmp_path: Path) -> None:
     """`make dist`'s pip command, on a copy of the sources (no build/ in the repo)."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    shutil.copytree(
-        REPO / "pelengine", src / "pelengine", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    dist = tmp_path / "dist"
-    subprocess.run(
-        [
-            sys.executable,
-            *("-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps"),
-            *("--wheel-dir", str(dist), str(src)),
-        ],
-        check=True,
-        stdin=subprocess.DEVNULL,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    build, dist = start_wheel_build(tmp_path)
+    assert build.wait(timeout=300) == 0, "pip wheel failed"
     (wheel,) = dist.glob("pelengine-*.whl")
     assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
     with zipfile.ZipFile(wheel) as zf:

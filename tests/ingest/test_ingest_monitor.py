@@ -15,26 +15,11 @@ from pelengine.ingest.monitor import (
     parse_file,
     parse_line,
 )
-from pelengine.model.text import raw_bytes
-
-
-def repr_arg(data: bytes) -> str:
-    """How the server quotes one argument in a MONITOR line (sdscatrepr's rules)."""
-    named = {0x5C: "\\\\", 0x22: '\\"', 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x07: "\\a"}
-    named[0x08] = "\\b"
-    out = []
-    for b in data:
-        if b in named:
-            out.append(named[b])
-        elif 0x20 <= b <= 0x7E:
-            out.append(chr(b))
-        else:
-            out.append(f"\\x{b:02x}")
-    return '"' + "".join(out) + '"'
+from pelengine.model.text import raw_bytes, sds_repr
 
 
 def line(ts: str, db: int, client: str, *args: str | bytes) -> str:
-    quoted = [repr_arg(a if isinstance(a, bytes) else a.encode()) for a in args]
+    quoted = [sds_repr(a if isinstance(a, bytes) else a.encode()) for a in args]
     return f"{ts} [{db} {client}] " + " ".join(quoted)
 
 

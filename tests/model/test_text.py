@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from pelengine.model.listpack import str_element
-from pelengine.model.text import byte_length, raw_bytes, readable
+from pelengine.model.text import byte_length, raw_bytes, readable, sds_repr
 
 
 def test_utf8_is_itself() -> None:
@@ -47,3 +47,12 @@ def test_the_form_is_lossless_on_random_bytes() -> None:
 def test_a_node_counts_escaped_bytes_once() -> None:
     assert str_element(readable(b"\xff\xfe")) == str_element("ab") == 4
     assert str_element(readable(b"\xff" * 70)) == str_element("x" * 70)
+
+
+def test_sds_repr_quotes_as_the_server_does() -> None:
+    assert sds_repr(b"XADD") == '"XADD"'
+    assert sds_repr(b'a"b\\c') == '"a\\"b\\\\c"'
+    assert sds_repr(b"\n\r\t\x07\x08") == '"\\n\\r\\t\\a\\b"'
+    assert sds_repr(b"\x00 ~\x7f\xff") == '"\\x00 ~\\x7f\\xff"'
+    assert sds_repr("é".encode()) == '"\\xc3\\xa9"'
+    assert sds_repr(b"") == '""'

@@ -86,44 +86,33 @@ def _handover(history: DataFrame, fraction: float, unit: str) -> int:
     return both[int(len(both) * fraction)]
 
 
-@pytest.mark.parametrize("fraction", [0.25, 0.85])
-def test_pel_as_of_seq_equals_the_replay_up_to_that_seq(
+# the columns a cut by one coordinate alone cannot give: by seq, the time idle is measured
+# against; by time, the seq
+UNKNOWN_ALONE = {"seq": ("idle_ms", "as_of_ms"), "ms": ("as_of_seq",)}
+
+
+@pytest.mark.parametrize(
+    ("unit", "fraction"), [("seq", 0.25), ("seq", 0.85), ("ms", 0.35), ("ms", 0.75)]
+)
+def test_pel_as_of_equals_the_replay_up_to_that_cut(
     spark: SparkSession,
     events: DataFrame,
     history: DataFrame,
+    unit: str,
     fraction: float,
 ) -> None:
-    n = _handover(history, fraction, "seq")
-    cut = reconstruct(spark, events, Settings(as_of_seq=n))
+    at = {f"as_of_{unit}": _handover(history, fraction, unit)}
+    other = "as_of_ms" if unit == "seq" else "as_of_seq"
+    cut = reconstruct(spark, events, Settings(**at))
     try:
         expected = cut.tables["pel"]
         assert expected.count() > 0, "the cut leaves the PEL empty: the test is too weak"
-        # by seq alone: everything but the time idle is measured against
-        by_seq = pel_as_of(history, as_of_seq=n)
-        _same(by_seq, expected, [c for c in PEL if c not in ("idle_ms", "as_of_ms")])
-        # given the replay's time too, every column
-        assert cut.as_of_ms is not None
-        _same(pel_as_of(history, as_of_seq=n, as_of_ms=cut.as_of_ms), expected, list(PEL))
-    finally:
-        cut.unpersist()
-
-
-@pytest.mark.parametrize("fraction", [0.35, 0.75])
-def test_pel_as_of_ms_equals_the_replay_up_to_that_time(
-    spark: SparkSession,
-    events: DataFrame,
-    history: DataFrame,
-    fraction: float,
-) -> None:
-    m = _handover(history, fraction, "ms")
-    cut = reconstruct(spark, events, Settings(as_of_ms=m))
-    try:
-        expected = cut.tables["pel"]
-        assert expected.count() > 0, "the cut leaves the PEL empty: the test is too weak"
-        by_ms = pel_as_of(history, as_of_ms=m)
-        _same(by_ms, expected, [c for c in PEL if c != "as_of_seq"])
-        assert cut.as_of_seq is not None
-        _same(pel_as_of(history, as_of_ms=m, as_of_seq=cut.as_of_seq), expected, list(PEL))
+        alone = pel_as_of(history, **at)
+        _same(alone, expected, [c for c in PEL if c not in UNKNOWN_ALONE[unit]])
+        # given the replay's other coordinate too, every column
+        other_at = getattr(cut, other)
+        assert other_at is not None
+        _same(pel_as_of(history, **at, **{other: other_at}), expected, list(PEL))
     finally:
         cut.unpersist()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -164,10 +165,19 @@ def executed(
     return nb, json.loads(lines[0][len(PROBE_MARK) :]), took
 
 
-def _table(spark: SparkSession, out: Path, name: str) -> DataFrame:
+@pytest.fixture(scope="module")
+def table(spark: SparkSession, run_dirs: tuple[Path, Path]) -> Callable[[str], DataFrame]:
+    """An output table of the run, by name."""
     from pelengine import storage
 
-    return storage.read_table(spark, str(out / name))
+    _, out = run_dirs
+    return lambda name: storage.read_table(spark, str(out / name))
+
+
+@pytest.fixture(scope="module")
+def answers(executed: tuple[Any, dict[str, Any], float]) -> dict[str, Any]:
+    """What the notebook computed, by answer (the probe's)."""
+    return dict(executed[1]["answers"])
 
 
 def _counts(df: DataFrame, *cols: str) -> dict[tuple[Any, ...], int]:
@@ -216,13 +226,9 @@ def test_figures_were_drawn(executed: tuple[Any, dict[str, Any], float]) -> None
 
 
 @pytest.mark.spark
-def test_pending_answers(
-    spark: SparkSession, run_dirs: tuple[Path, Path], executed: tuple[Any, dict[str, Any], float]
-) -> None:
-    _, out = run_dirs
-    answers = executed[1]["answers"]
-    pel = _table(spark, out, "pel")
-    groups = _table(spark, out, "groups")
+def test_pending_answers(table: Callable[[str], DataFrame], answers: dict[str, Any]) -> None:
+    pel = table("pel")
+    groups = table("groups")
     n_pel = pel.count()
     assert n_pel > 0
 
@@ -268,11 +274,9 @@ def test_pending_answers(
 
 @pytest.mark.spark
 def test_transfer_and_plot_answers(
-    spark: SparkSession, run_dirs: tuple[Path, Path], executed: tuple[Any, dict[str, Any], float]
+    table: Callable[[str], DataFrame], answers: dict[str, Any]
 ) -> None:
-    _, out = run_dirs
-    answers = executed[1]["answers"]
-    changes = _table(spark, out, "ownership_changes")
+    changes = table("ownership_changes")
     moved = changes.filter(
         F.col("from_consumer").isNotNull()
         & F.col("to_consumer").isNotNull()
@@ -288,11 +292,11 @@ def test_transfer_and_plot_answers(
     assert sum(r["transfers"] for r in answers["transfers_by_client"]) == n_moved
     assert sum(r["transfers"] for r in answers["transfers_over_time"]) == n_moved
 
-    delivered = _table(spark, out, "delivery_counts")
+    delivered = table("delivery_counts")
     dist = answers["delivery_count_distribution"]
     assert sum(r["entries"] for r in dist) == delivered.count()
-    assert sum(r["entries"] for r in dist if r["pending"]) == _table(spark, out, "pel").count()
+    assert sum(r["entries"] for r in dist if r["pending"]) == table("pel").count()
 
-    pel = _table(spark, out, "pel")
+    pel = table("pel")
     by_consumer = sorted(_counts(pel, *CONSUMER).items(), key=lambda kv: (-kv[1], kv[0]))
     assert len(answers["idle_per_consumer"]) == sum(n for _, n in by_consumer[:TOP_N])

@@ -47,17 +47,23 @@ def test_range_bounds(start: str, end: str, bounds: tuple[Any, Any]) -> None:
     assert range_bounds(start, end) == bounds
 
 
+# the bounds XPENDING refuses, by its error
+REFUSED_BOUNDS = {
+    INVALID_ID: [
+        ("(-", "+"),
+        ("-", "(+"),
+        ("abc", "+"),
+        ("1-x", "+"),
+        ("-", "18446744073709551616"),
+    ],
+    "ERR invalid start ID for the interval": [(f"({M}-{M}", "+")],
+    "ERR invalid end ID for the interval": [("-", "(0-0")],
+}
+
+
 @pytest.mark.parametrize(
     ("start", "end", "message"),
-    [
-        ("(-", "+", INVALID_ID),
-        ("-", "(+", INVALID_ID),
-        ("abc", "+", INVALID_ID),
-        ("1-x", "+", INVALID_ID),
-        ("-", "18446744073709551616", INVALID_ID),
-        (f"({M}-{M}", "+", "ERR invalid start ID for the interval"),
-        ("-", "(0-0", "ERR invalid end ID for the interval"),
-    ],
+    [(start, end, message) for message, bounds in REFUSED_BOUNDS.items() for start, end in bounds],
 )
 def test_range_bound_errors(start: str, end: str, message: str) -> None:
     with pytest.raises(PendingArgumentError) as err:

@@ -52,6 +52,13 @@ from pelengine.ingest.rdb.results import (
 )
 from pelengine.model.ids import StreamID
 
+# the blobs that start with their size and hold an element count, by value type: (what
+# the blob is, its smallest size, where its count is)
+_COUNTED_BLOBS = {
+    **dict.fromkeys((16, 17, 20), ("listpack", 7, 4)),
+    **dict.fromkeys((10, 12, 13), ("ziplist", 11, 8)),
+}
+
 
 def _as_bytes(element: int | bytes) -> bytes:
     """A listpack element as the server replies it: an integer as its decimal text."""
@@ -392,22 +399,16 @@ class _Reader:
             return False
         start, size = plain
         data = self.data
-        if t in (16, 17, 20):  # listpack
+        counted = _COUNTED_BLOBS.get(t)
+        if counted is not None:  # its size (u32), ..., an element count (u16), ..., 0xFF
+            kind, smallest, count_at = counted
             if (
-                size < 7
+                size < smallest
                 or U32.unpack_from(data, start)[0] != size
                 or data[start + size - 1] != 0xFF
             ):
-                raise self.error(f"malformed listpack in {what}", at)
-            return data[start + 4] == 0 and data[start + 5] == 0
-        if t in (10, 12, 13):  # ziplist
-            if (
-                size < 11
-                or U32.unpack_from(data, start)[0] != size
-                or data[start + size - 1] != 0xFF
-            ):
-                raise self.error(f"malformed ziplist in {what}", at)
-            return data[start + 8] == 0 and data[start + 9] == 0
+                raise self.error(f"malformed {kind} in {what}", at)
+            return data[start + count_at] == 0 and data[start + count_at + 1] == 0
         if t == 11:  # intset
             if size < 8:
                 raise self.error(f"malformed intset in {what}", at)
@@ -465,16 +466,7 @@ class _Reader:
             names.add(group.name)
             groups.append(group)
         return RdbStream(
-            db=db,
-            key=key,
-            rdb_type=t,
-            length=length,
-            last_id=last_id,
-            first_id=first_id,
-            max_deleted_entry_id=max_deleted,
-            entries_added=entries_added,
-            nodes=nodes,
-            groups=groups,
+            db, key, t, length, last_id, first_id, max_deleted, entries_added, nodes, groups
         )
 
     def _id(self, what: str) -> StreamID:

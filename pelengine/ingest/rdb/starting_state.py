@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pelengine.ingest.rdb.results import RdbFile, RdbStream
+from pelengine.ingest.rdb.results import RdbFile, RdbPendingEntry, RdbStream
 from pelengine.model.commands import LOAD_COMMAND
 from pelengine.model.ids import ZERO_ID, StreamID
 from pelengine.model.text import readable
@@ -62,62 +62,34 @@ def _stream_args(stream: RdbStream) -> list[str]:
     return [_id(stream.last_id), str(added), _id(max_deleted), _id(first)]
 
 
+def _pending_args(p: RdbPendingEntry) -> tuple[str, str, str, str]:
+    return _id(p.id), _text(p.consumer), str(p.delivery_time_ms), str(p.delivery_count)
+
+
+def _load(kind: str, key: str, *args: str) -> list[str]:
+    """The argv of a ``PELENGINE.LOAD`` row of ``key``."""
+    return [LOAD_COMMAND, kind, key, *args]
+
+
 def _stream_rows(stream: RdbStream) -> Iterator[list[str]]:
     key = _text(stream.key)
-    yield [LOAD_COMMAND, "STREAM", key, *_stream_args(stream)]
+    yield _load("STREAM", key, *_stream_args(stream))
     for node in stream.nodes:
         fields = [_text(f) for f in node.master_fields]
         entries = [x for e in node.entries for x in (_id(e.id), "0" if e.deleted else "1")]
-        yield [
-            LOAD_COMMAND,
-            "NODE",
-            key,
-            _id(node.master_id),
-            str(node.lp_bytes),
-            str(len(fields)),
-            *fields,
-            *entries,
-        ]
+        sizes = (str(node.lp_bytes), str(len(fields)))
+        yield _load("NODE", key, _id(node.master_id), *sizes, *fields, *entries)
     for group in stream.groups:
         name = _text(group.name)
         entries_read = -1 if group.entries_read is None else group.entries_read
-        yield [
-            LOAD_COMMAND,
-            "GROUP",
-            key,
-            name,
-            _id(group.last_delivered_id),
-            str(entries_read),
-        ]
+        yield _load("GROUP", key, name, _id(group.last_delivered_id), str(entries_read))
         for consumer in group.consumers:
             active = -1 if consumer.active_time_ms is None else consumer.active_time_ms
-            yield [
-                LOAD_COMMAND,
-                "CONSUMER",
-                key,
-                name,
-                _text(consumer.name),
-                str(consumer.seen_time_ms),
-                str(active),
-            ]
+            seen = str(consumer.seen_time_ms)
+            yield _load("CONSUMER", key, name, _text(consumer.name), seen, str(active))
         for start in range(0, len(group.pel), PENDING_CHUNK):
             chunk = group.pel[start : start + PENDING_CHUNK]
-            yield [
-                LOAD_COMMAND,
-                "PENDING",
-                key,
-                name,
-                *(
-                    x
-                    for p in chunk
-                    for x in (
-                        _id(p.id),
-                        _text(p.consumer),
-                        str(p.delivery_time_ms),
-                        str(p.delivery_count),
-                    )
-                ),
-            ]
+            yield _load("PENDING", key, name, *(x for p in chunk for x in _pending_args(p)))
 
 
 def load_rows(rdb: RdbFile, first_seq: int = 1, ts_ms: int | None = None) -> list[dict[str, Any]]:
