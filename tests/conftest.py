@@ -55,25 +55,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
-    for item in items:
-        group = _shared_fixture_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(name=group))
-
-
-def _shared_fixture_group(item: pytest.Item) -> str | None:
-    """`make test` hands tests to its workers one by one (pytest-xdist's ``loadgroup``), so
-    that the long files of job tests do not leave one worker idle at the end; a test using
-    a fixture built once per module or package (a Connect server, a base table and its first
-    night) stays on one worker with its file's other tests (an ``xdist_group`` named after the
-    file), so that the fixture is built once."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    for defs in info.name2fixturedefs.values():
-        if any(d.scope in ("module", "package", "class") for d in defs):
-            return item.nodeid.split("::", 1)[0]
-    return None
 
 
 #: fixtures that hand a test a Spark session. A test that uses one must be marked `spark`

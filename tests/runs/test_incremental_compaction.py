@@ -1,6 +1,5 @@
 """A compacted events table is not changed history (#17): OPTIMIZE rewrites files with
 the same rows, and a night stays incremental; after VACUUM every row is checked instead.
-(Its own file: pytest workers take whole files, and these nights are the suite's longest.)
 """
 
 from __future__ import annotations
