@@ -1,8 +1,8 @@
 """One output root, both stores: written by one, continued by the other, state included.
 
 A user may run nights with delta-spark (Databricks, a cluster with delta-spark's
-jars) and, on another day, with the embedded delta-rs store (a laptop, `--runner` of a
-machine without the jars), or the other way round. The tables and the state under one
+jars) and, on another day, with the embedded delta-rs store (a laptop, a machine
+without the jars), or the other way round. The tables and the state under one
 root are Delta tables either store reads and continues: nights alternate stores here, and the
 root must equal one full run over the same events. The embedded nights run through the real
 CLI (a process each, the store chosen by PELENGINE_STORE), the delta-spark night in this
