@@ -75,18 +75,35 @@ def test_output_by_path_and_by_name() -> None:
         storage.Output()
 
 
+@pytest.mark.delta_spark
 def test_delta_package_is_the_installed_delta_sparks_coordinate() -> None:
-    """The coordinate `make install` fetches (jars/fetch.py) is the one delta-spark's own
-    helper derives for the installed pyspark and delta-spark (pip delta-spark pinned to
-    4.4.0, the version of delta-spark_4.2_2.13 Maven Central serves)."""
-    from delta import configure_spark_with_delta_pip
-    from pyspark.sql import SparkSession
+    """The coordinate the project names (and `make install` fetched into jars/lib, the jars
+    a session gets as ``spark.jars``) is the one the installed pieces themselves say: the
+    delta-spark jar's own manifest (group, name, version), the pip delta-spark of the same
+    version, and pyspark's Spark line and Scala version (its spark-core jar)."""
+    import re
+    import zipfile
+    from importlib.metadata import version
 
-    # the helper's builder is only read (never started): the coordinate it derives is the
-    # oracle, whichever option it puts it in
-    builder = configure_spark_with_delta_pip(SparkSession.Builder())
-    derived = [v for v in builder._options.values() if str(v).startswith("io.delta:")]
-    assert derived == [storage.DELTA_PACKAGE]
+    import pyspark
+
+    from pelengine.storage.jars import find_delta_jars
+
+    jars, origin = find_delta_jars()
+    spark_jars = [j for j in jars if Path(j).name.startswith("delta-spark_")]
+    assert len(spark_jars) == 1, (origin, jars)
+    with zipfile.ZipFile(spark_jars[0]) as jar:
+        manifest = jar.read("META-INF/MANIFEST.MF").decode()
+    fields = dict(re.findall(r"^([\w-]+): (.+?)\s*$", manifest, re.MULTILINE))
+    core = [p.name for p in (Path(pyspark.__file__).parent / "jars").glob("spark-core_*.jar")]
+    scala = re.fullmatch(r"spark-core_(\d+\.\d+)-.*\.jar", core[0])
+    assert len(core) == 1 and scala, core
+    line = ".".join(pyspark.__version__.split(".")[:2])
+    release = fields["Implementation-Version"]
+    assert release == version("delta-spark")
+    artifact = f"{fields['Implementation-Title']}_{line}_{scala.group(1)}"
+    assert f"{fields['Implementation-Vendor-Id']}:{artifact}:{release}" == storage.DELTA_PACKAGE
+    assert Path(spark_jars[0]).name == f"{artifact}-{release}.jar"
 
 
 def test_delta_conflicts_are_recognised_however_wrapped() -> None:
