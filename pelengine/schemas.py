@@ -86,6 +86,10 @@ _COLUMN_TYPES: dict[str, DataType] = {
     "owner_names": ArrayType(_S, True),
     "group_created_seq": _L,
     "segment_n": _L,
+    "changed_seq": _L,
+    "changed_ms": _L,
+    "moved_seq": _L,
+    "moved_ms": _L,
     "last_delivered_id": _S,
     "entries_read": _L,
     "lag": _L,
@@ -115,34 +119,58 @@ _COLUMN_TYPES: dict[str, DataType] = {
 
 # What one pending entry is, in `pel` and in each version of it in `pel_history`.
 
-# the snapshot tables in the order the model renders them (pelengine.model.snapshot)
+# The delivery_counts row of one entry in one group incarnation, as the engines render it
+# (pelengine.model.snapshot) and as the output table has it, but for the snapshot moment.
+_DELIVERY_COUNTS = (
+    "db",
+    "key",
+    "group",
+    "id",
+    "id_ms",
+    "id_seq",
+    "delivery_count",
+    "deliveries",
+    "owners",
+    "first_delivery_ms",
+    "last_delivery_ms",
+    "status",
+    "closed_ms",
+    "owner_names",
+    "group_created_seq",
+    "changed_seq",
+    "changed_ms",
+)
+_AS_OF = ("as_of_ms", "as_of_seq")
+
+# What the engines emit per table, in the order the model renders it
+# (pelengine.model.snapshot): every table with the snapshot's moment.
+ENGINE_TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "pel": PEL_COLUMNS,
+    "ownership": OWNERSHIP_COLUMNS,
+    "delivery_counts": (*_DELIVERY_COUNTS, *_AS_OF),
+    "groups": GROUP_COLUMNS,
+    "streams": STREAM_COLUMNS,
+    "ownership_changes": (*CHANGE_COLUMNS, *_AS_OF),
+    "pel_history": (*VERSION_COLUMNS, *_AS_OF),
+}
+
+#: The output contract's version (docs/outputs.md): 2 since history tables carry no
+#: ``as_of_*`` (their rows change only when a command changes them).
+OUTPUT_CONTRACT_VERSION = 2
+
+# The output tables' columns (contract version 2): the snapshot tables end with the
+# moment they describe, the history tables carry none (each row is stamped by the
+# command that made or last changed it).
+SNAPSHOT_TABLES = ("pel", "ownership", "groups", "streams")
+HISTORY_TABLES = ("delivery_counts", "ownership_changes", "pel_history")
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "pel": PEL_COLUMNS,
     "ownership": OWNERSHIP_COLUMNS,
-    "delivery_counts": (
-        "db",
-        "key",
-        "group",
-        "id",
-        "id_ms",
-        "id_seq",
-        "delivery_count",
-        "deliveries",
-        "owners",
-        "first_delivery_ms",
-        "last_delivery_ms",
-        "status",
-        "closed_ms",
-        "owner_names",
-        "group_created_seq",
-        "as_of_ms",
-        "as_of_seq",
-    ),
+    "delivery_counts": _DELIVERY_COUNTS,
     "groups": GROUP_COLUMNS,
     "streams": STREAM_COLUMNS,
-    # the history tables: the rows the model records, with the snapshot's moment
-    "ownership_changes": (*CHANGE_COLUMNS, "as_of_ms", "as_of_seq"),
-    "pel_history": (*VERSION_COLUMNS, "as_of_ms", "as_of_seq"),
+    "ownership_changes": CHANGE_COLUMNS,
+    "pel_history": VERSION_COLUMNS,
 }
 STATE_TABLES = ("pel", "ownership", "delivery_counts", "groups", "streams")
 OUTPUT_TABLES = (*STATE_TABLES, "ownership_changes", "pel_history")
@@ -270,7 +298,7 @@ def _columns_schema(names: tuple[str, ...]) -> StructType:
 
 # What the replay emits, per table: its columns in this order, typed as above.
 REPLAY_TABLE_SCHEMAS: dict[str, StructType] = {
-    **{name: _columns_schema(TABLE_COLUMNS[name]) for name in OUTPUT_TABLES},
+    **{name: _columns_schema(ENGINE_TABLE_COLUMNS[name]) for name in OUTPUT_TABLES},
     "delivery_segments": _columns_schema(SEGMENT_COLUMNS),
     "group_incarnations": _columns_schema(INCARNATION_COLUMNS),
     "outcome": _columns_schema(OUTCOME_COLUMNS),
