@@ -18,9 +18,7 @@ from pelengine.schemas import (
 )
 
 
-def merge_delivery_segments(
-    segments: DataFrame, incarnations: DataFrame, as_of_ms: int, as_of_seq: int
-) -> DataFrame:
+def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> DataFrame:
     """``delivery_counts`` from the delivery segments the replay emitted and the final
     place of each group incarnation: the rules of
     :func:`pelengine.model.delivery.merge_delivery_segments`, in SQL.
@@ -28,7 +26,9 @@ def merge_delivery_segments(
     Per (db, group, group_created_seq, id): deliveries summed, owner names united,
     the first/last delivery time of the first/last segment (``segment_n`` order) that
     has one, count, status and closed time of the last segment; the key is where the
-    incarnation ended up (a RENAME moves its rows), else the last segment's."""
+    incarnation ended up (a RENAME moves its rows), else the last segment's;
+    ``changed_seq``/``changed_ms`` the latest change among the segments' and the
+    incarnation's last move (a RENAME changes every row of it)."""
     order = F.col("segment_n")
 
     def ordered_if_set(name: str) -> Any:
@@ -45,9 +45,21 @@ def merge_delivery_segments(
         ),
         F.max_by("last_delivery_ms", ordered_if_set("last_delivery_ms")).alias("last_delivery_ms"),
         F.max_by(F.struct("key", "delivery_count", "status", "closed_ms"), order).alias("_last"),
+        F.max_by(
+            F.struct("changed_seq", "changed_ms"),
+            F.when(F.col("changed_seq").isNotNull(), F.col("changed_seq")),
+        ).alias("_changed"),
     )
     # one row per group ever created: small next to the segments (no second shuffle)
-    final = F.broadcast(incarnations.select(*identity, F.col("key").alias("_final_key")))
+    final = F.broadcast(
+        incarnations.select(
+            *identity, F.col("key").alias("_final_key"), F.col("moved_seq"), F.col("moved_ms")
+        )
+    )
+    moved_later = F.col("moved_seq").isNotNull() & (
+        F.col("_changed.changed_seq").isNull()
+        | (F.col("moved_seq") > F.col("_changed.changed_seq"))
+    )
     out = merged.join(final, identity, "left").select(
         "db",
         F.coalesce(F.col("_final_key"), F.col("_last.key")).alias("key"),
@@ -64,8 +76,12 @@ def merge_delivery_segments(
         F.col("_last.closed_ms").alias("closed_ms"),
         "owner_names",
         "group_created_seq",
-        F.lit(as_of_ms).cast("long").alias("as_of_ms"),
-        F.lit(as_of_seq).cast("long").alias("as_of_seq"),
+        F.when(moved_later, F.col("moved_seq"))
+        .otherwise(F.col("_changed.changed_seq"))
+        .alias("changed_seq"),
+        F.when(moved_later, F.col("moved_ms"))
+        .otherwise(F.col("_changed.changed_ms"))
+        .alias("changed_ms"),
     )
     return out.select(*TABLE_COLUMNS["delivery_counts"])
 

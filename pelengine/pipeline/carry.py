@@ -1,7 +1,8 @@
 """What an incremental run continues from (see pelengine.runs.incremental), and how it
 carries over what it does not replay: saved states renamed into the families they were
 merged into, the previous ``delivery_counts`` rows of the replayed families as their
-first segments, every other family's rows of every table."""
+first segments, every other family's rows of the snapshot tables; and which rows of the
+history tables a night writes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pelengine.model.delivery import PRIOR_SEGMENT_N, SEGMENT_COLUMNS
+from pelengine.schemas import SNAPSHOT_TABLES
 
 
 @dataclass
@@ -55,43 +57,55 @@ def carry_tables(
     as_of_ms: int | None,
     as_of_seq: int | None,
 ) -> dict[str, DataFrame]:
-    """Each output table of an incremental run: the replayed families' new rows, and the
-    previous rows of every other family; history tables keep what earlier runs wrote
-    (up to ``high_seq``: a row past it can only be from an interrupted run, which this
-    run writes again). Every kept row gets this run's ``as_of`` (and ``idle_ms``), as a
-    full run would give it."""
+    """Each output table of an incremental run. Snapshot tables (``pel``, ``ownership``,
+    ``groups``, ``streams``): the replayed families' new rows and the previous rows of
+    every other family, with this run's ``as_of`` (and ``idle_ms``), as a full run would
+    give them. History tables: the rows of the replayed families only (what the run
+    writes of them is what changed, :func:`changed_rows`); the rows no new command
+    touched stay where they are."""
     out: dict[str, DataFrame] = {}
     for name, fresh in new.items():
         old = carry.previous.get(name)
-        if old is None:
+        if old is None or name not in SNAPSHOT_TABLES:
             out[name] = fresh
             continue
         cols = list(fresh.columns)
-        if name == "ownership_changes":
-            kept = old.filter(F.col("seq") <= carry.high_seq)
-        elif name == "pel_history":
-            tagged = _family_column(old, family_of)
-            open_here = F.col("valid_to_seq").isNull() & F.col("_hit")
-            kept = (
-                tagged.join(replayed.withColumn("_hit", F.lit(True)), ["db", "family"], "left")
-                .withColumn("_hit", F.coalesce(F.col("_hit"), F.lit(False)))
-                .filter(
-                    ~open_here
-                    & (F.col("valid_to_seq").isNull() | (F.col("valid_to_seq") <= carry.high_seq))
-                )
-            )
-        else:
-            kept = _family_column(old, family_of).join(replayed, ["db", "family"], "left_anti")
-        if "as_of_ms" in cols:
-            kept = kept.withColumn("as_of_ms", F.lit(as_of_ms).cast("long")).withColumn(
-                "as_of_seq", F.lit(as_of_seq).cast("long")
-            )
+        kept = _family_column(old, family_of).join(replayed, ["db", "family"], "left_anti")
+        kept = kept.withColumn("as_of_ms", F.lit(as_of_ms).cast("long")).withColumn(
+            "as_of_seq", F.lit(as_of_seq).cast("long")
+        )
         if "idle_ms" in cols:
             kept = kept.withColumn(
                 "idle_ms", F.lit(as_of_ms).cast("long") - F.col("delivery_time_ms")
             )
         out[name] = fresh.unionByName(kept.select(*cols))
     return out
+
+
+#: What identifies a row of each history table, for the rows a night replaces
+#: (:func:`changed_rows`): a delivery_counts row is one entry in one group incarnation
+#: (its key moves with a RENAME); a pel_history row replaced is the open version of its
+#: entry; ownership_changes and rejected_events rows are only ever added.
+HISTORY_KEYS: dict[str, tuple[str, ...]] = {
+    "delivery_counts": ("db", "group", "group_created_seq", "id"),
+    "pel_history": ("db", "key", "group", "id"),
+}
+#: The target rows a night's pel_history row replaces: its entry's open version.
+PEL_HISTORY_REPLACES = "t.valid_to_seq IS NULL"
+
+
+def changed_rows(name: str, rows: DataFrame, high_seq: int) -> DataFrame:
+    """The rows of history table ``name`` an incremental run writes: those made or changed
+    by a command after ``high_seq`` (the replayed families' rows no new command touched
+    are already in the table as they are)."""
+    if name == "delivery_counts":
+        return rows.filter(F.col("changed_seq") > high_seq)
+    if name == "pel_history":
+        # a version still open that began before: unchanged
+        return rows.filter((F.col("valid_from_seq") > high_seq) | F.col("valid_to_seq").isNotNull())
+    if name in ("ownership_changes", "rejected_events"):
+        return rows.filter(F.col("seq").isNull() | (F.col("seq") > high_seq))
+    raise ValueError(f"{name} is not a history table")
 
 
 def _family_column(df: DataFrame, family_of: dict[tuple[int, str], str]) -> DataFrame:

@@ -208,7 +208,6 @@ def reconstruct(
         if split_stats["families_split"]
         else "",
     )
-    snap_ms, snap_seq = as_of_ms if as_of_ms is not None else 0, as_of_seq or 0
     progress(f"replaying through the {profile} model ({engine} engine) in {partitions} partitions")
     # DISK_ONLY: the replay output (every history row) is the largest thing cached; a
     # MEMORY_AND_DISK block spilled to disk is read back into the heap whole, and a block
@@ -246,21 +245,20 @@ def reconstruct(
                 segments = segments.unionByName(
                     prior_segments(old_counts, families, replayed_families)
                 )
-            tables["delivery_counts"] = merge_delivery_segments(
-                segments, incarnations, snap_ms, snap_seq
-            )
+            tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
             tables = carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
             untouched = (
                 states_in.join(replayed_families, ["db", "family"], "left_anti")
                 .select(*state_cols)
                 .withColumn("mark_n", F.lit(None).cast("long"))
                 .withColumn("mark_x", F.lit(None).cast("long"))
+                .withColumn("replayed", F.lit(False))
             )
-            states = states.unionByName(untouched)
+            states = states.withColumn("replayed", F.lit(True)).unionByName(untouched)
+            # saved families merged into others by new events: their rows go
+            carried["renamed"] = dict(renamed)
     if carry is None:
-        tables["delivery_counts"] = merge_delivery_segments(
-            segments, incarnations, snap_ms, snap_seq
-        )
+        tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
     report: dict[str, Any] = {
         "profile": profile,
         "profile_reason": profile_reason,

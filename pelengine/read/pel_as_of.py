@@ -20,7 +20,11 @@ from pelengine.schemas import TABLE_COLUMNS, table_schema
 
 
 def pel_as_of(
-    pel_history: DataFrame, *, as_of_seq: int | None = None, as_of_ms: int | None = None
+    pel_history: DataFrame,
+    *,
+    as_of_seq: int | None = None,
+    as_of_ms: int | None = None,
+    run_as_of: tuple[int | None, int | None],
 ) -> DataFrame:
     """The PEL at a past moment, as rows of the ``pel`` table, from ``pel_history``.
 
@@ -43,6 +47,9 @@ def pel_as_of(
     times against a time of your choice. Given only ``as_of_ms``, ``as_of_seq``
     is the last seq the history knows at that time (the run's from its
     ``as_of_ms`` on). A moment after the run's end gives the PEL at its end.
+    ``run_as_of``: the run's own ``(as_of_seq, as_of_ms)`` (its ``_runs`` row; the
+    history tables carry no ``as_of_*`` since output contract version 2), needed when
+    only one coordinate is given (a run without events has none: its PEL is empty).
     """
     if as_of_seq is None and as_of_ms is None:
         raise ValueError("pel_as_of needs as_of_seq, as_of_ms or both")
@@ -57,7 +64,7 @@ def pel_as_of(
     # started by both moments; not ended by both (ended by the earlier one)
     valid = _all(started) & (F.col("valid_to_seq").isNull() | ~_all(ended))
     versions = pel_history.filter(valid)
-    moment = _moment(pel_history, as_of_seq, as_of_ms)
+    moment = _moment(pel_history, as_of_seq, as_of_ms, run_as_of)
     if moment is not None:
         versions = versions.crossJoin(moment)
     ms = F.lit(as_of_ms).cast("long") if as_of_ms is not None else F.col("_as_of_ms")
@@ -85,12 +92,17 @@ def _all(conditions: list[Column]) -> Column:
     return out
 
 
-def _moment(history: DataFrame, as_of_seq: int | None, as_of_ms: int | None) -> DataFrame | None:
+def _moment(
+    history: DataFrame,
+    as_of_seq: int | None,
+    as_of_ms: int | None,
+    run_as_of: tuple[int | None, int | None],
+) -> DataFrame | None:
     """One row with what the history knows of the coordinate not given (``_as_of_ms`` or
     ``_as_of_seq``) and the run's last seq (``_run_seq``); None when both are given."""
-    run = {"seq": F.max("as_of_seq"), "ms": F.max("as_of_ms")}
     if as_of_seq is not None and as_of_ms is not None:
         return None
+    run = {"seq": F.lit(run_as_of[0]).cast("long"), "ms": F.lit(run_as_of[1]).cast("long")}
     # the coordinate given, its value, and the one to find
     given, at, wanted = (
         ("seq", as_of_seq, "ms") if as_of_seq is not None else ("ms", as_of_ms, "seq")
@@ -123,9 +135,13 @@ def describe_pel_as_of(
             f"no pel_history table under {out_path} (written by reconstruct from this "
             "version on: run reconstruct again)"
         )
-    version = storage.run_versions(out_path, spark).get("pel_history")  # the last complete run's
+    run = storage.newest_run(spark, out_path) or {}  # the last finished run's
+    version = (run.get("tables") or {}).get("pel_history")
     pel = pel_as_of(
-        storage.read_table(spark, path, version), as_of_seq=as_of_seq, as_of_ms=as_of_ms
+        storage.read_table(spark, path, version),
+        as_of_seq=as_of_seq,
+        as_of_ms=as_of_ms,
+        run_as_of=(run.get("as_of_seq"), run.get("as_of_ms")),
     )
     scope = []
     if key is not None:

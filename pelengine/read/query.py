@@ -23,7 +23,12 @@ from pelengine import storage
 from pelengine.read.report import REPORT_TABLES
 from pelengine.schemas import OUTPUT_TABLES
 
-KNOWN_TABLES: tuple[str, ...] = (*OUTPUT_TABLES, "rejected_events", *REPORT_TABLES)
+KNOWN_TABLES: tuple[str, ...] = (
+    *OUTPUT_TABLES,
+    "rejected_events",
+    storage.RUNS_TABLE,
+    *REPORT_TABLES,
+)
 _VIEW_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 

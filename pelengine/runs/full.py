@@ -56,6 +56,11 @@ def _run_full(
     if not storage.table_exists(spark, events_ref):
         raise InputContractError(f"--events {events_path}: no Delta table there")
     input_version = storage.table_version(spark, events_ref)
+    # tables of output contract version 1 are rewritten in this version (their schemas
+    # and _runs replaced): a full run is the upgrade
+    upgrade = storage.check_output_version(spark, output)
+    if upgrade:
+        progress(f"{output}: tables of output contract version 1: rewriting them in version 2")
     progress(f"reading events from {events_path} (Delta version {input_version})")
     events = storage.read_table(spark, events_ref)
     result = reconstruct(spark, events, settings, progress)
@@ -68,6 +73,7 @@ def _run_full(
         txn_app_id=settings.txn_app_id,
         txn_version=settings.txn_version,
         progress=progress,
+        overwrite_schema=upgrade,
     )
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
     count_rejected(report, result.rejected)
@@ -75,4 +81,4 @@ def _run_full(
     report["output"] = {**output.describe(), "rows": output_rows}
     report["keys"] = output_rows.get("streams", 0)
     result.unpersist()
-    return finish_report(report, spark, output, settings, started)
+    return finish_report(report, spark, output, settings, started, replace=upgrade)

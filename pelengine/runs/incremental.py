@@ -61,12 +61,12 @@ from pyspark.sql import functions as F
 
 from pelengine import storage
 from pelengine.model.persist import STATE_SCHEMA_VERSION
-from pelengine.pipeline.carry import Carry
+from pelengine.pipeline.carry import HISTORY_KEYS, PEL_HISTORY_REPLACES, Carry, changed_rows
 from pelengine.pipeline.conform import InputContractError, conform_events
 from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
 from pelengine.progress import Progress, quiet
 from pelengine.runs.output import count_rejected, finish_report, write_outputs
-from pelengine.schemas import OUTPUT_TABLES, STATE_TABLE_SCHEMA
+from pelengine.schemas import HISTORY_TABLES, SNAPSHOT_TABLES, STATE_TABLE_SCHEMA
 from pelengine.settings import Settings
 
 STATE_TABLE = "_state"
@@ -102,11 +102,11 @@ def content_options(settings: Settings) -> dict[str, Any]:
 
 
 def read_state(
-    spark: SparkSession, out_path: str | storage.Output
+    spark: SparkSession, out_path: str | storage.Output, version: int | None
 ) -> tuple[SavedRun | None, DataFrame | None]:
-    """The saved run and the family rows (None, None when there is no state)."""
+    """The saved run and the family rows at ``version`` of the state table, the one the
+    last finished run names (None, None when it names none: no night finished there)."""
     path = storage.as_output(out_path).table(STATE_TABLE)
-    version = storage.table_version(spark, path)
     if version is None:
         return None, None
     table = storage.read_table(spark, path, version)
@@ -340,7 +340,20 @@ def run_incremental(
     version = storage.table_version(spark, events_ref)
     if version is None:
         raise InputContractError(f"--events {events_path}: no Delta table there")
-    saved, families = read_state(spark, output)
+    # every table as the last finished run left it (its _runs row): a night killed after
+    # some writes is invisible, and this run continues from what that run left
+    upgrade = False
+    try:
+        last_run = storage.newest_run(spark, output)
+    except storage.OutputVersionError as exc:
+        # tables of output contract version 1: this run is the full recomputation that
+        # rewrites them (their schemas and _runs replaced), whatever state they have
+        progress(f"{_first_line(exc)}: rewriting every table from the full history")
+        last_run, upgrade = None, True
+    pinned: dict[str, int] = {
+        str(k): int(v) for k, v in ((last_run or {}).get("tables") or {}).items() if v is not None
+    }
+    saved, families = read_state(spark, output, pinned.get(STATE_TABLE))
     wanted = content_options(settings)
     if saved is not None and saved.options != wanted:
         raise StateMismatchError(
@@ -381,16 +394,11 @@ def run_incremental(
     if mode == "incremental":
         assert saved is not None and families is not None
         g = saved.globals
-        # delivery_counts continues (merged with the new delivery segments) from the
-        # version written with this state, not from one an interrupted run left
-        pinned = {"delivery_counts": g.get("delivery_counts_version")}
-        for name in (*OUTPUT_TABLES, "rejected_events"):
-            path = output.table(name)
-            v = pinned.get(name)
-            if v is None:
-                v = storage.table_version(spark, path)
-            if v is not None:
-                previous[name] = storage.read_table(spark, path, v)
+        # what the night carries over (the snapshot tables' other families) and continues
+        # (delivery_counts of the replayed families), as the last finished run left them
+        for name in (*SNAPSHOT_TABLES, "delivery_counts"):
+            if name in pinned:
+                previous[name] = storage.read_table(spark, output.table(name), pinned[name])
         carry = Carry(
             high_seq=saved.high_seq if saved.high_seq is not None else -(2**63),
             as_of_ms=saved.as_of_ms,
@@ -429,10 +437,6 @@ def run_incremental(
 
     tables = dict(result.tables)
     rejected = result.rejected
-    if carry is not None and "rejected_events" in carry.previous:
-        old = carry.previous["rejected_events"]
-        keep = F.col("seq").isNull() | (F.col("seq") <= carry.high_seq)
-        rejected = rejected.unionByName(old.filter(keep).select(*rejected.columns))
     late_families: list[dict[str, Any]] = []
     if saved is not None and families is not None and mode.startswith("full (history"):
         late_families = _changed_families(result, families)
@@ -447,24 +451,9 @@ def run_incremental(
     report["incremental"]["families_replayed"] = int(counts["replayed"])
     report["incremental"]["families_total"] = int(counts["total"])
 
-    # the tables read the versions they replace pinned (versionAsOf), so writing them in
-    # any order, or again after a crash, reads the same input
     write_started = time.monotonic()
     table_seconds: dict[str, float] = {}
-    output_rows = write_outputs(
-        spark,
-        [*tables.items(), ("rejected_events", rejected)],
-        output,
-        txn_app_id=TXN_APP_ID,
-        txn_version=version,
-        progress=progress,
-        seconds=table_seconds,
-    )
-    state_started = time.monotonic()
     carried = dict(result.carried)
-    carried["delivery_counts_version"] = storage.table_version(
-        spark, output.table("delivery_counts")
-    )
     run_row = {
         "kind": "run",
         "events_version": version,
@@ -482,28 +471,60 @@ def run_incremental(
         "family_of": [
             {"db": db, "key": k, "family": f} for (db, k), f in carried["family_of"].items()
         ],
-        "delivery_counts_version": carried["delivery_counts_version"],
+        "delivery_counts_version": None,  # set once delivery_counts is written
     }
     family_columns = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
-    state_df = states.select(F.lit("family").alias("kind"), *family_columns).unionByName(
-        spark.createDataFrame([run_row], STATE_TABLE_SCHEMA).select(
-            "kind", *family_columns, *_RUN_COLUMNS
-        ),
-        allowMissingColumns=True,
-    )
-    progress("writing the state")
-    storage.write_table(
-        state_df.select(*(f.name for f in STATE_TABLE_SCHEMA.fields)),
-        output.table(STATE_TABLE),
-        "overwrite",
-        txn_app_id=TXN_APP_ID,
-        txn_version=version,
-    )
+    if carry is not None:
+        # a night: snapshot tables whole; history tables and the state only what changed
+        output_rows = _write_night(
+            spark,
+            output,
+            tables,
+            rejected,
+            states,
+            run_row,
+            carry.high_seq,
+            pinned,
+            version,
+            carried.get("renamed") or {},
+            progress,
+            table_seconds,
+        )
+    else:
+        # the tables read the versions they replace pinned (versionAsOf), so writing them
+        # in any order, or again after a crash, reads the same input
+        output_rows = write_outputs(
+            spark,
+            [*tables.items(), ("rejected_events", rejected)],
+            output,
+            txn_app_id=TXN_APP_ID,
+            txn_version=version,
+            progress=progress,
+            seconds=table_seconds,
+            overwrite_schema=upgrade,
+        )
+        state_started = time.monotonic()
+        run_row["delivery_counts_version"] = storage.table_version(
+            spark, output.table("delivery_counts")
+        )
+        run_df = spark.createDataFrame([run_row], STATE_TABLE_SCHEMA)
+        state_df = states.select(F.lit("family").alias("kind"), *family_columns).unionByName(
+            run_df.select("kind", *family_columns, *_RUN_COLUMNS), allowMissingColumns=True
+        )
+        progress("writing the state")
+        storage.write_table(
+            state_df.select(*(f.name for f in STATE_TABLE_SCHEMA.fields)),
+            output.table(STATE_TABLE),
+            "overwrite",
+            txn_app_id=TXN_APP_ID,
+            txn_version=version,
+            overwrite_schema=True,
+        )
+        table_seconds["_state"] = round(time.monotonic() - state_started, 3)
     report["timings_s"] = {
         **({"find_new": find_seconds} if find_seconds is not None else {}),
         **result.report.get("timings_s", {}),
     }
-    table_seconds["_state"] = round(time.monotonic() - state_started, 3)
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
     report["write_seconds_by_table"] = table_seconds
     report.update({k: v for k, v in result.report.items() if k not in ("timings_s",)})
@@ -513,7 +534,111 @@ def run_incremental(
     count_rejected(report, result.rejected)
     report["incremental"]["high_seq"] = high_seq
     result.unpersist()
-    return _finish(report, output, settings, spark, started, written=True)
+    return _finish(report, output, settings, spark, started, written=True, replace=upgrade)
+
+
+def _write_night(
+    spark: SparkSession,
+    output: storage.Output,
+    tables: dict[str, DataFrame],
+    rejected: DataFrame,
+    states: DataFrame,
+    run_row: dict[str, Any],
+    high_seq: int,
+    pinned: dict[str, int],
+    version: int,
+    renamed: dict[tuple[int, str], str],
+    progress: Progress,
+    seconds: dict[str, float],
+) -> dict[str, int]:
+    """A night's writes (each one commit, none for a table with nothing to change): the
+    snapshot tables whole (``txnAppId``/``txnVersion``: a re-run skips those written);
+    the history tables by appending their new rows and replacing the rows new commands
+    changed (:func:`carry.changed_rows`); the state rows of the replayed families and the
+    run row. A table an interrupted run wrote past the version the last finished run
+    names is first put back to that version (``RESTORE``), so every write applies to what
+    the previous run left."""
+    rows: dict[str, int] = {}
+    steps = [*SNAPSHOT_TABLES, *HISTORY_TABLES, "rejected_events", STATE_TABLE]
+    for i, name in enumerate(steps, start=1):
+        path = output.table(name)
+        progress(f"writing {name} ({i}/{len(steps)})")
+        started = time.monotonic()
+        if name in SNAPSHOT_TABLES:
+            storage.write_table(
+                tables[name], path, "overwrite", txn_app_id=TXN_APP_ID, txn_version=version
+            )
+            counted = storage.commit_rows(spark, path)
+            rows[name] = counted if counted is not None else storage.table_row_count(spark, path)
+            what = f"{rows[name]:,} rows"
+        else:
+            _restore_if_moved(spark, path, pinned.get(name), progress)
+            if name == STATE_TABLE:
+                # the delivery_counts version this state goes with (for people: readers
+                # pin every table to the _runs row)
+                run_row["delivery_counts_version"] = storage.table_version(
+                    spark, output.table("delivery_counts")
+                )
+                run_df = spark.createDataFrame([run_row], STATE_TABLE_SCHEMA)
+                family_columns = (
+                    "db",
+                    "family",
+                    "applied_seq",
+                    "state_version",
+                    "state",
+                    "agg_n",
+                    "agg_x",
+                )
+                fresh = (
+                    states.filter(F.col("replayed"))
+                    .select(F.lit("family").alias("kind"), *family_columns)
+                    .unionByName(
+                        run_df.select("kind", *family_columns, *_RUN_COLUMNS),
+                        allowMissingColumns=True,
+                    )
+                    .select(*(f.name for f in STATE_TABLE_SCHEMA.fields))
+                )
+                gone = spark.createDataFrame(
+                    [("family", db, family) for (db, family) in renamed],
+                    "kind string, db int, family string",
+                )
+                done = storage.replace_rows(
+                    fresh, path, ("kind", "db", "family"), delete_keys=gone, null_safe=True
+                )
+            else:
+                source = rejected if name == "rejected_events" else tables[name]
+                changed = changed_rows(name, source, high_seq)
+                if name in HISTORY_KEYS:
+                    done = storage.replace_rows(
+                        changed,
+                        path,
+                        HISTORY_KEYS[name],
+                        where=PEL_HISTORY_REPLACES if name == "pel_history" else None,
+                    )
+                else:
+                    done = {"inserted": storage.append_rows(changed, path), "deleted": 0}
+            if name != STATE_TABLE:
+                rows[name] = done["inserted"]
+            what = f"{done['inserted']:,} rows added or changed, {done['deleted']:,} replaced"
+        took = time.monotonic() - started
+        seconds[name] = round(took, 3)
+        progress(f"wrote {name}: {what} in {took:.1f} s")
+    return rows
+
+
+def _restore_if_moved(
+    spark: SparkSession, path: storage.TableRef, pinned: int | None, progress: Progress
+) -> None:
+    """Put ``path`` back to ``pinned`` when an interrupted run committed to it since."""
+    if pinned is None:
+        return
+    current = storage.table_version(spark, path)
+    if current is not None and current > pinned:
+        progress(
+            f"{path}: version {current} was written by an interrupted run; restoring "
+            f"version {pinned}, the last finished run's"
+        )
+        storage.restore_table(spark, path, pinned)
 
 
 _RUN_COLUMNS = (
@@ -574,5 +699,16 @@ def _finish(
     started: float,
     *,
     written: bool,
+    replace: bool = False,
 ) -> dict[str, Any]:
-    return finish_report(report, spark, output, settings, started, written=written)
+    return finish_report(
+        report,
+        spark,
+        output,
+        settings,
+        started,
+        written=written,
+        record=written,
+        extra_tables=(STATE_TABLE,),
+        replace=replace,
+    )

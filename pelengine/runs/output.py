@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import asdict
 from typing import Any
 
@@ -25,10 +26,13 @@ def write_outputs(
     txn_version: int | None,
     progress: Progress = quiet,
     seconds: dict[str, float] | None = None,
+    overwrite_schema: bool = False,
 ) -> dict[str, int]:
     """Write each (name, DataFrame) as ``out_path/name`` (overwrite, one commit each, with
-    the txn options), or by name for an :class:`storage.Output` of catalog tables; returns
-    each table's rows as written (and puts each table's seconds in ``seconds``).
+    the txn options; ``overwrite_schema``: replacing the tables' schemas, when rewriting
+    an output of an earlier contract version), or by name for an :class:`storage.Output`
+    of catalog tables; returns each table's rows as written, from each commit's own
+    metrics (nothing is read again), and puts each table's seconds in ``seconds``.
 
     One after the other: the embedded ``delta`` source is registered with the session,
     and a write from another Python thread does not find it."""
@@ -38,8 +42,16 @@ def write_outputs(
         path = output.table(name)
         progress(f"writing {name} ({i}/{len(tables)})")
         started = time.monotonic()
-        storage.write_table(df, path, "overwrite", txn_app_id=txn_app_id, txn_version=txn_version)
-        rows[name] = storage.table_row_count(spark, path)
+        storage.write_table(
+            df,
+            path,
+            "overwrite",
+            txn_app_id=txn_app_id,
+            txn_version=txn_version,
+            overwrite_schema=overwrite_schema,
+        )
+        counted = storage.commit_rows(spark, path)
+        rows[name] = counted if counted is not None else storage.table_row_count(spark, path)
         took = time.monotonic() - started
         if seconds is not None:
             seconds[name] = round(took, 3)
@@ -132,13 +144,18 @@ def finish_report(
     started: float,
     *,
     written: bool | None = None,
+    record: bool = True,
+    extra_tables: tuple[str, ...] = (),
+    replace: bool = False,
 ) -> dict[str, Any]:
-    """Complete the run report (options, storage, start, duration) and write it as
-    ``<root>/_run_report.json`` (and, for catalog tables, as a row of ``_runs``); the same
-    for every run."""
+    """Complete the run report (options, storage, start, duration), write it as
+    ``<root>/_run_report.json`` for people and, as the run's last write, append its row to
+    the output's ``_runs`` (``record``; ``replace``: replacing the ``_runs`` of an output of
+    an earlier contract version); the same for every run. ``extra_tables``: tables besides
+    the output tables whose versions the row names (a night's state)."""
     # the run's last word: each table's version, which readers read (storage.run_versions)
     tables = {}
-    for name in (*OUTPUT_TABLES, "rejected_events"):
+    for name in (*OUTPUT_TABLES, "rejected_events", *extra_tables):
         version = storage.table_version(spark, output.table(name))
         if version is not None:
             tables[name] = version
@@ -146,10 +163,13 @@ def finish_report(
     report["options"] = asdict(settings)
     report["storage"] = storage.storage_mode(spark)
     report["storage_reason"] = storage.storage_reason(spark)
+    report["output_version"] = storage.OUTPUT_VERSION
+    report.setdefault("run_id", str(uuid.uuid4()))
     report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     report["duration_s"] = round(time.time() - started, 3)
     if written is not None:
         report["written"] = written
     storage.write_run_report(output, report)
-    storage.record_run(spark, output, report)
+    if record:
+        storage.record_run(spark, output, report, replace=replace)
     return report

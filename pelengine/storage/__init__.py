@@ -55,6 +55,7 @@ from pelengine.storage.errors import (
     ChangesUnknownError,
     ConcurrentWriteError,
     DeltaSparkRequiredError,
+    OutputVersionError,
     StorageSetupError,
     concurrent_write_error,
     delta_conflict,
@@ -76,17 +77,32 @@ from pelengine.storage.names import (
 from pelengine.storage.paths import FILES_OPTION, local_path
 from pelengine.storage.reads import read_table, read_table_files
 from pelengine.storage.run_record import (
+    OUTPUT_VERSION,
     RUN_REPORT,
     RUNS_SCHEMA,
     RUNS_TABLE,
+    check_output_version,
+    newest_run,
     read_output_table,
     read_run_report,
     record_run,
     run_versions,
     write_run_report,
 )
-from pelengine.storage.versions import table_exists, table_row_count, table_version, table_versions
-from pelengine.storage.writes import TABLE_FORMAT, write_table
+from pelengine.storage.versions import (
+    commit_rows,
+    table_exists,
+    table_row_count,
+    table_version,
+    table_versions,
+)
+from pelengine.storage.writes import (
+    TABLE_FORMAT,
+    append_rows,
+    replace_rows,
+    restore_table,
+    write_table,
+)
 
 __all__ = [
     "CATALOG_NEEDS_DELTA_SPARK",
@@ -102,6 +118,8 @@ __all__ = [
     "EMBEDDED",
     "FILES_OPTION",
     "MODE_CONF",
+    "OUTPUT_VERSION",
+    "OutputVersionError",
     "DELTA_SPARK",
     "DeltaSparkRequiredError",
     "Output",
@@ -117,7 +135,10 @@ __all__ = [
     "TableChanges",
     "TableRef",
     "TableState",
+    "append_rows",
     "as_output",
+    "check_output_version",
+    "commit_rows",
     "check_input",
     "check_output",
     "choose_storage_mode",
@@ -132,6 +153,7 @@ __all__ = [
     "probe_connect_delta",
     "probe_jvm_delta",
     "quote_identifier",
+    "newest_run",
     "read_change_feed",
     "read_changes",
     "read_output_table",
@@ -139,6 +161,8 @@ __all__ = [
     "read_table",
     "read_table_files",
     "record_run",
+    "replace_rows",
+    "restore_table",
     "require_delta_spark",
     "run_lease",
     "run_versions",

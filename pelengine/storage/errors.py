@@ -81,6 +81,21 @@ def concurrent_write_error(
     return ConcurrentWriteError(table or "a Delta table of this run", conflict)
 
 
+class OutputVersionError(ValueError):
+    """An output root written by an earlier output contract (version 1: every row of every
+    table stamped with its run's ``as_of``, no ``_runs`` table under a root path): never
+    read as if it were this version's. One full recomputation (``reconstruct`` without
+    ``--incremental``) rewrites it in this version."""
+
+    def __init__(self, where: str, why: str) -> None:
+        super().__init__(
+            f"{where} was written by output contract version 1 ({why}), which this version "
+            "of pelengine does not read or continue: run one full recomputation "
+            f"(pelengine reconstruct without --incremental) into {where} to rewrite it in "
+            "version 2, or write to a new --out"
+        )
+
+
 class ChangesUnknownError(Exception):
     """What a range of a table's versions did cannot be told from its log; the message says
     why (for the run report)."""

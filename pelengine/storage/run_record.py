@@ -1,18 +1,22 @@
-"""The record of the last complete run, its last write: ``_run_report.json`` under the
-output's root, and for catalog tables a row of the schema's ``_runs`` table. Each names
-every table's Delta version as the run left it, which readers read, so that a run killed
-between two writes is never seen half-written."""
+"""The record of every finished run (output contract version 2): the Delta table ``_runs``
+in every output root or schema, one row appended per finished run as its last write. The row
+names every table's Delta version as the run left it, which readers read, so that a run
+killed between two writes is never seen half-written; it also holds the run's moment, the
+events version read, the rows written per table and the run report (JSON). Under a root path
+the report is also left as ``_run_report.json`` for people, never read back by the job."""
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from typing import TYPE_CHECKING, Any
 
-from pelengine.storage.names import Output, Table, as_output, require_delta_spark, table_path
+from pelengine.storage.errors import OutputVersionError
+from pelengine.storage.names import Output, as_output, table_path
 from pelengine.storage.paths import local_path
 from pelengine.storage.reads import read_table
-from pelengine.storage.versions import table_exists
+from pelengine.storage.versions import table_exists, table_version
 from pelengine.storage.writes import write_table
 
 if TYPE_CHECKING:
@@ -20,12 +24,14 @@ if TYPE_CHECKING:
 
 RUN_REPORT = "_run_report.json"
 
-
-#: Catalog tables: the run record, one row per complete run (the run's last write).
+#: The run record, one row per finished run (the run's last write).
 RUNS_TABLE = "_runs"
+#: The output contract version a run writes (docs/outputs.md); ``_runs.output_version``.
+OUTPUT_VERSION = 2
 RUNS_SCHEMA = (
-    "finished_at timestamp, as_of_seq bigint, as_of_ms bigint, "
-    "tables map<string,bigint>, report string"
+    "run_id string, finished_at timestamp, mode string, output_version int, "
+    "as_of_ms bigint, as_of_seq bigint, events_version bigint, "
+    "tables map<string,bigint>, rows map<string,bigint>, report string"
 )
 
 
@@ -84,58 +90,99 @@ def read_run_report(out: str | Output) -> dict[str, Any] | None:
     return report if isinstance(report, dict) else None
 
 
-def record_run(spark: SparkSession, out: str | Output, report: dict[str, Any]) -> None:
-    """Catalog tables (an output written by name): append the run's record to the table
-    ``_runs`` of the output's schema, as the run's last write. Its ``tables`` column names
-    each table's Delta version as the run left it, which readers by name read
-    (:func:`run_versions`), so catalog users see whole runs as path users do through
-    ``_run_report.json``. Outputs by path keep only the JSON report."""
-    output = as_output(out)
-    if not output.by_name:
-        return
+def record_run(
+    spark: SparkSession, out: str | Output, report: dict[str, Any], *, replace: bool = False
+) -> None:
+    """Append the run's row to the output's ``_runs`` table, as the run's last write (its
+    ``tables`` name each table's Delta version as the run left it: what readers read).
+    ``replace``: the run rewrites an output of an earlier contract version, whose
+    ``_runs`` (if any) it replaces."""
     import datetime
 
+    output = as_output(out)
     tables = report.get("tables") or {}
+    rows = (report.get("output") or {}).get("rows") or {}
+    inc = report.get("incremental") or {}
+    mode = "incremental" if inc.get("mode") == "incremental" else "full"
     row = (
+        str(report.get("run_id") or uuid.uuid4()),
         datetime.datetime.now(datetime.UTC),
-        report.get("as_of_seq"),
+        mode,
+        OUTPUT_VERSION,
         report.get("as_of_ms"),
+        report.get("as_of_seq"),
+        (report.get("input") or {}).get("delta_version"),
         {str(k): int(v) for k, v in tables.items()},
+        {str(k): int(v) for k, v in rows.items() if isinstance(v, int)},
         json.dumps(report, sort_keys=True, default=str),
     )
     record = spark.createDataFrame([row], RUNS_SCHEMA)
-    write_table(record, output.table(RUNS_TABLE), "append")
+    write_table(
+        record,
+        output.table(RUNS_TABLE),
+        "overwrite" if replace else "append",
+        overwrite_schema=replace,
+    )
 
 
-def _recorded_versions(spark: SparkSession, output: Output) -> dict[str, Any]:
-    """The ``tables`` of the newest row of the output's ``_runs`` table ({} when none)."""
+def newest_run(spark: SparkSession, out: str | Output) -> dict[str, Any] | None:
+    """The newest row of the output's ``_runs`` table as a dict (None: no run finished
+    there yet). :class:`OutputVersionError` for an output written by contract version 1."""
+    output = as_output(out)
+    runs = output.table(RUNS_TABLE)
+    version = table_version(spark, runs)
+    if version is None:
+        why = _version_one(spark, output)
+        if why:
+            raise OutputVersionError(str(output), why)
+        return None
+    df = read_table(spark, runs, version)
+    if "output_version" not in df.columns:
+        raise OutputVersionError(str(output), "its _runs table has no output_version")
     from pyspark.sql import functions as F
 
-    runs = output.table(RUNS_TABLE)
-    assert isinstance(runs, Table)
-    require_delta_spark(spark, str(runs))
-    if not spark.catalog.tableExists(runs.name):
-        return {}
-    newest = read_table(spark, runs).orderBy(F.col("finished_at").desc()).first()
-    return dict(newest["tables"] or {}) if newest is not None else {}
+    newest = df.orderBy(F.col("finished_at").desc()).first()
+    return newest.asDict(recursive=True) if newest is not None else None
+
+
+def _version_one(spark: SparkSession, output: Output) -> str | None:
+    """Why ``output`` (without ``_runs``) is a version-1 output, or None: a run report
+    under its root, or a history table with the ``as_of_ms`` version 1 stamped on it."""
+    if output.root and read_run_report(output) is not None:
+        return f"it has a {RUN_REPORT} and no {RUNS_TABLE} table"
+    history = table_path(output, "ownership_changes")
+    if table_exists(spark, history) and "as_of_ms" in read_table(spark, history).columns:
+        return "its ownership_changes table has as_of_* columns"
+    return None
+
+
+def check_output_version(spark: SparkSession, out: str | Output) -> bool:
+    """Whether ``out`` holds tables of output contract version 1 (which a full run
+    rewrites, overwriting their schemas and ``_runs``)."""
+    try:
+        newest_run(spark, out)
+    except OutputVersionError:
+        return True
+    return False
 
 
 def run_versions(out: str | Output, spark: SparkSession | None = None) -> dict[str, int]:
-    """Each table's Delta version as the last complete run left it: what readers read, so
-    a run killed between two table writes is never seen half-written. From the run report
-    under the output's root; for catalog tables without a root, from the newest row of
-    ``_runs`` (:func:`record_run`; needs ``spark``). Empty when no record names them (a
-    report from before they were recorded: the latest versions)."""
-    output = as_output(out)
-    if output.root:
-        tables = (read_run_report(output) or {}).get("tables")
-    elif spark is not None:
-        tables = _recorded_versions(spark, output)
-    else:
-        tables = None
+    """Each table's Delta version as the last finished run left it (the newest row of
+    ``_runs``): what readers read, so a run killed between two table writes is never
+    seen half-written. Empty when no run finished there; :class:`OutputVersionError` for
+    an output of contract version 1."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is None:
+            return {}
+        spark = active
+    newest = newest_run(spark, out)
+    tables = (newest or {}).get("tables")
     if not isinstance(tables, dict):
         return {}
-    return {str(k): int(v) for k, v in tables.items() if isinstance(v, int)}
+    return {str(k): int(v) for k, v in tables.items() if v is not None}
 
 
 def read_output_table(

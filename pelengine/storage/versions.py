@@ -4,7 +4,7 @@ from the Delta log where it can be read (no Spark job), else from Delta or delta
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pelengine.storage.choice import EMBEDDED, storage_mode
 from pelengine.storage.names import Table, TableRef, require_delta_spark
@@ -121,3 +121,67 @@ def _rows_from_log(path: str) -> int | None:
 def table_exists(spark: SparkSession, path: TableRef) -> bool:
     """Whether a Delta table exists at ``path``."""
     return table_version(spark, path) is not None
+
+
+def commit_rows(spark: SparkSession, path: TableRef, version: int | None = None) -> int | None:
+    """The rows commit ``version`` (default: the newest) wrote to the table at ``path``,
+    from the commit itself (its files' statistics, else its ``operationMetrics``): a
+    count without reading the table again. None when the commit does not say."""
+    if isinstance(path, str):
+        local = local_path(path)
+        if local is not None:
+            from pelengine.storage.deltalog import LogUnreadableError, read_commit
+
+            if version is None:
+                listed = _local_log_version(path)
+                if not isinstance(listed, int) or listed is False:
+                    return None
+                version = listed
+            try:
+                actions = read_commit(local, version)
+            except LogUnreadableError:
+                return None
+            return _rows_of_commit(actions)
+    if isinstance(path, Table):
+        require_delta_spark(spark, str(path))
+        target = path.name
+    elif storage_mode(spark) == EMBEDDED:
+        return None
+    else:
+        target = "delta.`" + path.replace("`", "``") + "`"
+    rows = spark.sql(f"DESCRIBE HISTORY {target}").select("version", "operationMetrics")
+    rows = rows.limit(1) if version is None else rows.filter(f"version = {int(version)}")
+    found = rows.collect()
+    if not found:
+        return None
+    metrics = found[0]["operationMetrics"] or {}
+    for name in ("numOutputRows", "numTargetRowsInserted"):
+        if metrics.get(name) is not None:
+            return int(metrics[name])
+    return None
+
+
+def _rows_of_commit(actions: list[dict[str, Any]]) -> int | None:
+    """Rows a commit's actions added: its ``operationMetrics`` (``numOutputRows``; for a
+    merge, the rows inserted, updated and copied), else its added files' ``numRecords``."""
+    import json
+
+    for action in actions:
+        info = action.get("commitInfo")
+        if isinstance(info, dict):
+            metrics = info.get("operationMetrics") or {}
+            if metrics.get("numOutputRows") is not None:
+                return int(metrics["numOutputRows"])
+    total = 0
+    for action in actions:
+        add = action.get("add")
+        if not isinstance(add, dict):
+            continue
+        try:
+            n = json.loads(add.get("stats") or "{}").get("numRecords")
+        except ValueError:
+            return None
+        if not isinstance(n, int):
+            return None
+        total += n
+    return total

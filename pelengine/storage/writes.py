@@ -11,7 +11,7 @@ from pelengine.storage.names import Table, TableRef, require_delta_spark
 from pelengine.storage.versions import table_exists
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 #: Format of tables written by name (catalog tables).
 TABLE_FORMAT = "delta"
@@ -108,3 +108,145 @@ def _embedded_preflight_skips(
     from pelengine.storage.embedded import DeltaWriter, normalize_table_uri
 
     return DeltaWriter(normalize_table_uri(path), df.schema, overwrite, options).skip
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _target_sql(path: TableRef) -> str:
+    if isinstance(path, Table):
+        return path.name
+    return "delta." + _quoted(path)
+
+
+def replace_rows(
+    df: DataFrame,
+    path: TableRef,
+    keys: tuple[str, ...],
+    *,
+    where: str | None = None,
+    delete_keys: DataFrame | None = None,
+    null_safe: bool = False,
+) -> dict[str, int]:
+    """One commit on the Delta table at ``path``: delete its rows whose ``keys`` equal
+    those of a row of ``df`` or of ``delete_keys`` (a DataFrame of ``keys`` only; with
+    ``null_safe`` a null key equals a null key) and, given ``where`` (SQL over the
+    target's columns, prefixed ``t.``), satisfy it; insert every row of ``df``. Nothing
+    to delete or insert: no commit. Returns the rows ``inserted`` and ``deleted`` (from
+    the commit's own metrics; nothing re-read).
+
+    delta-spark: a ``MERGE INTO`` whose source is ``df``'s rows tagged for insertion and
+    the distinct keys tagged for deletion (an insertion never matches, a deletion never
+    inserts). Embedded: the same merge through delta-rs, from the rows collected as Arrow
+    (a night's changed rows, not the history)."""
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
+    columns = list(df.columns)
+    doomed = df.select(*keys)
+    if delete_keys is not None:
+        doomed = doomed.unionByName(delete_keys.select(*keys))
+    doomed = doomed.distinct()
+    others = [c for c in columns if c not in keys]
+    typed = {f.name: f.dataType for f in df.schema.fields}
+    source = df.withColumn("_op", F.lit("insert")).unionByName(
+        doomed.select(
+            *keys,
+            *(F.lit(None).cast(typed[c]).alias(c) for c in others),
+            F.lit("delete").alias("_op"),
+        ).select(*columns, "_op")
+    )
+    equal = "IS NOT DISTINCT FROM" if null_safe else "="
+    match = " AND ".join(f"t.{_quoted(k)} {equal} s.{_quoted(k)}" for k in keys)
+    if where:
+        match += f" AND ({where})"
+    if isinstance(path, str) and storage_mode(spark) == EMBEDDED:
+        return _replace_rows_embedded(source, path, columns, match)
+    if isinstance(path, Table):
+        require_delta_spark(spark, str(path))
+    if source.isEmpty():
+        return {"inserted": 0, "deleted": 0}
+    view = f"_pelengine_merge_{id(source):x}"
+    source.createOrReplaceTempView(view)
+    names = ", ".join(_quoted(c) for c in columns)
+    values = ", ".join(f"s.{_quoted(c)}" for c in columns)
+    try:
+        row = spark.sql(
+            f"MERGE INTO {_target_sql(path)} t USING {view} s ON s._op = 'delete' AND {match} "
+            "WHEN MATCHED THEN DELETE "
+            f"WHEN NOT MATCHED AND s._op = 'insert' THEN INSERT ({names}) VALUES ({values})"
+        ).first()
+    except Exception as exc:
+        _raise_conflict(exc, str(path))
+        raise
+    finally:
+        spark.catalog.dropTempView(view)
+    metrics = row.asDict() if row is not None else {}
+    return {
+        "inserted": int(metrics.get("num_inserted_rows") or 0),
+        "deleted": int(metrics.get("num_deleted_rows") or 0),
+    }
+
+
+def _replace_rows_embedded(
+    source: DataFrame, path: str, columns: list[str], match: str
+) -> dict[str, int]:
+    from deltalake import DeltaTable
+
+    from pelengine.storage.embedded import normalize_table_uri
+
+    rows = source.toArrow()
+    if rows.num_rows == 0:
+        return {"inserted": 0, "deleted": 0}
+    uri = normalize_table_uri(path)
+    table = DeltaTable(uri)
+    updates = {_quoted(c): f"s.{_quoted(c)}" for c in columns}
+    metrics = (
+        table.merge(
+            rows,
+            predicate=f"s._op = 'delete' AND {match}",
+            source_alias="s",
+            target_alias="t",
+        )
+        .when_matched_delete()
+        .when_not_matched_insert(updates=updates, predicate="s._op = 'insert'")
+        .execute()
+    )
+    return {
+        "inserted": int(metrics.get("num_target_rows_inserted") or 0),
+        "deleted": int(metrics.get("num_target_rows_deleted") or 0),
+    }
+
+
+def append_rows(df: DataFrame, path: TableRef) -> int:
+    """Append ``df`` to the Delta table at ``path`` in one commit, none when ``df`` has no
+    rows; returns the rows appended."""
+    if isinstance(path, str) and storage_mode(df.sparkSession) == EMBEDDED:
+        from deltalake import write_deltalake
+
+        from pelengine.storage.embedded import normalize_table_uri
+
+        rows = df.toArrow()
+        if rows.num_rows:
+            write_deltalake(normalize_table_uri(path), rows, mode="append")
+        return rows.num_rows
+    n = df.count()
+    if n:
+        write_table(df, path, "append")
+    return n
+
+
+def restore_table(spark: SparkSession, path: TableRef, version: int) -> None:
+    """Put the Delta table at ``path`` back to ``version`` (one commit): what a run killed
+    after writing it left past the version the last finished run names."""
+    if isinstance(path, str) and storage_mode(spark) == EMBEDDED:
+        from deltalake import DeltaTable
+
+        from pelengine.storage.embedded import normalize_table_uri
+
+        DeltaTable(normalize_table_uri(path)).restore(version)
+        return
+    if isinstance(path, Table):
+        require_delta_spark(spark, str(path))
+    spark.sql(f"RESTORE TABLE {_target_sql(path)} TO VERSION AS OF {int(version)}").collect()

@@ -63,6 +63,14 @@ def history(spark: SparkSession, out: str) -> DataFrame:
     return storage.read_table(spark, os.path.join(out, "pel_history"))
 
 
+@pytest.fixture(scope="module")
+def run_as_of(spark: SparkSession, out: str) -> tuple[int, int]:
+    """The run's own moment, from its ``_runs`` row (the history carries none)."""
+    run = storage.newest_run(spark, out)
+    assert run is not None and run["as_of_seq"] is not None and run["as_of_ms"] is not None
+    return run["as_of_seq"], run["as_of_ms"]
+
+
 def _same(got: DataFrame, expected: DataFrame, columns: list[str]) -> None:
     assert_df_equality(
         got.select(*columns),
@@ -98,6 +106,7 @@ def test_pel_as_of_equals_the_replay_up_to_that_cut(
     spark: SparkSession,
     events: DataFrame,
     history: DataFrame,
+    run_as_of: tuple[int, int],
     unit: str,
     fraction: float,
 ) -> None:
@@ -107,35 +116,43 @@ def test_pel_as_of_equals_the_replay_up_to_that_cut(
     try:
         expected = cut.tables["pel"]
         assert expected.count() > 0, "the cut leaves the PEL empty: the test is too weak"
-        alone = pel_as_of(history, **at)
+        alone = pel_as_of(history, **at, run_as_of=run_as_of)
         _same(alone, expected, [c for c in PEL if c not in UNKNOWN_ALONE[unit]])
         # given the replay's other coordinate too, every column
         other_at = getattr(cut, other)
         assert other_at is not None
-        _same(pel_as_of(history, **at, **{other: other_at}), expected, list(PEL))
+        _same(
+            pel_as_of(history, **at, **{other: other_at}, run_as_of=run_as_of),
+            expected,
+            list(PEL),
+        )
     finally:
         cut.unpersist()
 
 
-def test_pel_as_of_the_end_is_the_pel_table(spark: SparkSession, out: str, history: DataFrame):
+def test_pel_as_of_the_end_is_the_pel_table(
+    spark: SparkSession, out: str, history: DataFrame, run_as_of: tuple[int, int]
+):
     pel = storage.read_table(spark, os.path.join(out, "pel"))
     (as_of_seq, as_of_ms), *_ = {(r["as_of_seq"], r["as_of_ms"]) for r in pel.collect()}
-    _same(pel_as_of(history, as_of_seq=as_of_seq), pel, list(PEL))
-    _same(pel_as_of(history, as_of_ms=as_of_ms), pel, list(PEL))
+    assert (as_of_seq, as_of_ms) == run_as_of  # the _runs row's moment is the snapshot's
+    _same(pel_as_of(history, as_of_seq=as_of_seq, run_as_of=run_as_of), pel, list(PEL))
+    _same(pel_as_of(history, as_of_ms=as_of_ms, run_as_of=run_as_of), pel, list(PEL))
     with pytest.raises(ValueError, match="as_of_seq, as_of_ms or both"):
-        pel_as_of(history)
+        pel_as_of(history, run_as_of=run_as_of)
 
 
 def test_cli_pel_as_of(
     spark: SparkSession,
     out: str,
     history: DataFrame,
+    run_as_of: tuple[int, int],
     rows: list[dict[str, Any]],
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
     n = _seq_at(rows, 0.55)
-    expected = pel_as_of(history, as_of_seq=n).collect()
+    expected = pel_as_of(history, as_of_seq=n, run_as_of=run_as_of).collect()
     key = max({r["key"] for r in expected}, key=lambda k: sum(r["key"] == k for r in expected))
     mine = sorted(
         (r for r in expected if r["key"] == key), key=lambda r: (r["db"], r["id_ms"], r["id_seq"])
