@@ -14,7 +14,10 @@ together, per group incarnation and entry ID:
 * ``deliveries``: the sum; ``owner_names``: the union (``owners`` its size);
 * ``first_delivery_ms``/``last_delivery_ms``: of the first/last segment (in
   ``segment_n`` order) that has any delivery;
-* ``delivery_count``, ``status``, ``closed_ms``: of the last segment.
+* ``delivery_count``, ``status``, ``closed_ms``: of the last segment;
+* ``changed_seq``/``changed_ms``: the pair with the largest ``changed_seq`` among the
+  segments' and the incarnation's ``moved_seq``/``moved_ms`` (the last ``RENAME`` that
+  moved it: it changed the key of every record, those already spilled included).
 
 A group *incarnation* is one life of a group name on a key: ``group_created_seq``
 (the seq of its ``XGROUP CREATE``) with its db and name. Destroying and
@@ -58,8 +61,10 @@ SEGMENT_COLUMNS = (
     "status",
     "closed_ms",
     "segment_n",
+    "changed_seq",
+    "changed_ms",
 )
-INCARNATION_COLUMNS = ("db", "key", "group", "group_created_seq")
+INCARNATION_COLUMNS = ("db", "key", "group", "group_created_seq", "moved_seq", "moved_ms")
 
 # the segment_n of a row of an earlier run's delivery_counts continued by this run
 PRIOR_SEGMENT_N = -1
@@ -90,13 +95,15 @@ def append_segment(
         rec.status,
         rec.closed_ms,
         segment_n,
+        rec.changed_seq,
+        rec.changed_ms,
     )
 
 
 def append_incarnation(sink: Columns, db: int, key: str, group: Group) -> None:
-    """Where a group incarnation ended (or is at the end): its final db, key and name
-    (``INCARNATION_COLUMNS``)."""
-    sink.append(db, key, group.name, group.created_seq)
+    """Where a group incarnation ended (or is at the end): its final db, key and name,
+    and the last ``RENAME`` that moved it (``INCARNATION_COLUMNS``)."""
+    sink.append(db, key, group.name, group.created_seq, group.moved_seq, group.moved_ms)
 
 
 def prior_segment(row: Row) -> Row:
@@ -109,7 +116,13 @@ def merge_delivery_segments(
 ) -> list[Row]:
     """The ``delivery_counts`` rows the segments make (see the module docstring);
     ``as_of``: the ``as_of_ms``/``as_of_seq`` every row gets."""
-    final_key = {tuple(r[c] for c in INCARNATION_IDENTITY): r["key"] for r in incarnations}
+    final_key: dict[tuple[Any, ...], str] = {}
+    moved: dict[tuple[Any, ...], tuple[int, int]] = {}
+    for r in incarnations:
+        identity = tuple(r[c] for c in INCARNATION_IDENTITY)
+        final_key[identity] = r["key"]
+        if r["moved_seq"] is not None:
+            moved[identity] = (r["moved_seq"], r["moved_ms"])
     by_entry: dict[tuple[Any, ...], list[Row]] = {}
     for seg in segments:
         by_entry.setdefault(tuple(seg[c] for c in SEGMENT_IDENTITY), []).append(seg)
@@ -120,6 +133,12 @@ def merge_delivery_segments(
         firsts = [s["first_delivery_ms"] for s in segs if s["first_delivery_ms"] is not None]
         lasts = [s["last_delivery_ms"] for s in segs if s["last_delivery_ms"] is not None]
         owners = sorted({name for s in segs for name in s["owner_names"]})
+        changes = [
+            (s["changed_seq"], s["changed_ms"]) for s in segs if s["changed_seq"] is not None
+        ]
+        if (db, group, created) in moved:
+            changes.append(moved[(db, group, created)])
+        changed_seq, changed_ms = max(changes, key=lambda c: c[0]) if changes else (None, None)
         rows.append(
             {
                 "db": db,
@@ -137,6 +156,8 @@ def merge_delivery_segments(
                 "closed_ms": last["closed_ms"],
                 "owner_names": owners,
                 "group_created_seq": created,
+                "changed_seq": changed_seq,
+                "changed_ms": changed_ms,
                 **(as_of or {}),
             }
         )

@@ -54,7 +54,7 @@ from pelengine.model.state import (
     Stream,
 )
 
-STATE_SCHEMA_VERSION = 1
+STATE_SCHEMA_VERSION = 2
 
 Fields = tuple[tuple[str, str], ...]
 
@@ -67,6 +67,8 @@ _RECORD_FIELDS: Fields = (
     ("last_delivery_ms", "long?"),
     ("status", "string"),
     ("closed_ms", "long?"),
+    ("changed_seq", "long?"),
+    ("changed_ms", "long?"),
 )
 # A command as the model remembers it (the last one applied; the write that signalled
 # a key blocked readers wait on).
@@ -152,6 +154,8 @@ STATE_SCHEMA: tuple[tuple[str, Fields], ...] = (
             ("last_id_seq", "u64"),
             ("entries_read", "long"),
             ("created_seq", "long"),
+            ("moved_seq", "long?"),
+            ("moved_ms", "long?"),
         ),
     ),
     (
@@ -275,6 +279,8 @@ def _record(rec: DeliveryRecord) -> dict[str, Any]:
         "last_delivery_ms": rec.last_delivery_ms,
         "status": rec.status,
         "closed_ms": rec.closed_ms,
+        "changed_seq": rec.changed_seq,
+        "changed_ms": rec.changed_ms,
     }
 
 
@@ -312,6 +318,8 @@ def _dump_group(out: dict[str, list[dict[str, Any]]], db: int, key: str, group: 
             "last_id_seq": _u(group.last_id.seq),
             "entries_read": group.entries_read,
             "created_seq": group.created_seq,
+            "moved_seq": group.moved_seq,
+            "moved_ms": group.moved_ms,
         }
     )
     held: dict[str, int] = {}
@@ -526,6 +534,8 @@ def _load_record(row: dict[str, Any]) -> DeliveryRecord:
         row["last_delivery_ms"],
         row["status"],
         row["closed_ms"],
+        row["changed_seq"],
+        row["changed_ms"],
     )
 
 
@@ -603,6 +613,8 @@ def _build(state: dict[str, list[dict[str, Any]]]) -> Replayer:
             row["entries_read"],
             row["created_seq"],
         )
+        group.moved_seq = row["moved_seq"]
+        group.moved_ms = row["moved_ms"]
         streams[(row["db"], row["key"])].groups[group.name] = group
         groups[(row["db"], row["key"], group.name)] = group
     for row in state["consumers"]:

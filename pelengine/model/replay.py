@@ -488,11 +488,18 @@ class Replayer:
 
     def move_key(self, call: Call, db: int, src: str, dst: str) -> None:
         """RENAME: the value moves; a stream's pending entries end their ``pel_history``
-        versions under ``src`` and start new ones under ``dst``."""
+        versions under ``src`` and start new ones under ``dst``. Every delivery record
+        a group holds changes its key (stamped with ``call``), and so does each group
+        (``moved_seq``/``moved_ms``: for the records it already spilled)."""
         value = self.keys.pop((db, src))
         if isinstance(value, Stream):
             call.touched_stream = True
             self.signal(db, src)
+            for group in value.groups.values():
+                group.moved_seq = call.seq
+                group.moved_ms = call.now
+                for rec in group.records.values():
+                    rec.changed(call.seq, call.now)
             if self.record_changes:
                 for group in value.groups.values():
                     for entry_id, nack in group.pel.items():
@@ -637,7 +644,7 @@ class Replayer:
         db: int | None = None,
     ) -> None:
         """Note one change of a pending entry in the history tables (``status``: it left
-        the PEL with that status)."""
+        the PEL with that status); its delivery record is stamped with ``call``."""
         db = call.db if db is None else db
         rec = group.records.get(entry_id)
         if status is None:
@@ -657,10 +664,12 @@ class Replayer:
             rec.owners.add(to_consumer.name)
             rec.last_delivery_ms = nack.delivery_time
             rec.delivery_count = nack.delivery_count
+            rec.changed(call.seq, call.now)
         elif rec is not None:
             rec.status = status
             rec.closed_ms = call.now
             rec.delivery_count = nack.delivery_count
+            rec.changed(call.seq, call.now)
             if self.spill_closed_records:
                 del group.records[entry_id]
                 self._segment_n += 1
@@ -692,10 +701,17 @@ class Replayer:
         self, call: Call, key: str, group: Group, entry_id: StreamID, nack: PendingEntry
     ) -> None:
         """A pending entry a snapshot holds (``PELENGINE.LOAD PENDING``): its history
-        starts here, with the counter the snapshot has and no delivery seen."""
+        starts here, with the counter the snapshot has and no delivery seen (the record
+        stamped with ``call``)."""
         assert nack.consumer is not None
         group.records[entry_id] = DeliveryRecord(
-            nack.delivery_count, 0, {nack.consumer.name}, None, None
+            nack.delivery_count,
+            0,
+            {nack.consumer.name},
+            None,
+            None,
+            changed_seq=call.seq,
+            changed_ms=call.now,
         )
         if not self.record_changes:
             return
@@ -744,7 +760,8 @@ class Replayer:
     def restart_open_records(self) -> None:
         """Spilling, once the snapshot gave the open records as segments and the model is
         saved to continue later: each open record starts a new, empty segment, so that
-        the next run's segments hold only what happens after this point."""
+        the next run's segments hold only what happens after this point (an untouched
+        record's next segment carries no change: ``changed_*`` None)."""
         self._segment_n += 1
         for value in self.keys.values():
             if isinstance(value, Stream):
@@ -754,6 +771,8 @@ class Replayer:
                         rec.owners = set()
                         rec.first_delivery_ms = None
                         rec.last_delivery_ms = None
+                        rec.changed_seq = None
+                        rec.changed_ms = None
 
     def record_count(self) -> int:
         """How many delivery records the model holds (closed ones kept included)."""

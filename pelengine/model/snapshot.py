@@ -75,7 +75,8 @@ OWNERSHIP_COLUMNS = (
     "max_delivery_count",
     *AS_OF,
 )
-# a delivery record as a row of delivery_counts
+# a delivery record as a row of delivery_counts (pelengine.schemas'
+# ENGINE_TABLE_COLUMNS["delivery_counts"])
 DELIVERY_COLUMNS = (
     "db",
     "key",
@@ -86,12 +87,14 @@ DELIVERY_COLUMNS = (
     "delivery_count",
     "deliveries",
     "owners",
-    "owner_names",
     "first_delivery_ms",
     "last_delivery_ms",
     "status",
     "closed_ms",
+    "owner_names",
     "group_created_seq",
+    "changed_seq",
+    "changed_ms",
     *AS_OF,
 )
 
@@ -247,12 +250,14 @@ def _append_record(
         rec.delivery_count,
         rec.deliveries,
         len(rec.owners),
-        sorted(rec.owners),
         rec.first_delivery_ms,
         rec.last_delivery_ms,
         rec.status,
         rec.closed_ms,
+        sorted(rec.owners),
         created_seq,
+        rec.changed_seq,
+        rec.changed_ms,
         as_of_ms,
         as_of_seq,
     )

@@ -76,6 +76,11 @@ class DeliveryRecord:
     of the entry while it was not pending (or from the start of a run, for an entry
     already pending: then without deliveries so far, ``first``/``last_delivery_ms``
     None) to the moment it left the PEL.
+
+    ``changed_seq``/``changed_ms``: the seq and model time of the last command that
+    changed the row (a delivery or claim, its leaving the PEL, a ``PELENGINE.LOAD``
+    creating it, a ``RENAME`` moving its group); None when nothing changed it in this
+    segment (an open record restarted between runs, untouched since).
     """
 
     delivery_count: int
@@ -85,12 +90,34 @@ class DeliveryRecord:
     last_delivery_ms: int | None
     status: str = "pending"
     closed_ms: int | None = None
+    changed_seq: int | None = None
+    changed_ms: int | None = None
+
+    def changed(self, seq: int, now: int) -> None:
+        """The command ``seq`` (at model time ``now``) changed this row."""
+        self.changed_seq = seq
+        self.changed_ms = now
 
 
 class Group:
-    """A consumer group: last delivered ID, read counter, PEL and consumers."""
+    """A consumer group: last delivered ID, read counter, PEL and consumers.
 
-    __slots__ = ("name", "last_id", "entries_read", "pel", "consumers", "records", "created_seq")
+    ``moved_seq``/``moved_ms``: the seq and model time of the last ``RENAME`` that moved
+    the group's key (None if none did): with spilling, the records that already left
+    the model as segments changed their key then too.
+    """
+
+    __slots__ = (
+        "name",
+        "last_id",
+        "entries_read",
+        "pel",
+        "consumers",
+        "records",
+        "created_seq",
+        "moved_seq",
+        "moved_ms",
+    )
 
     def __init__(
         self, name: str, last_id: StreamID, entries_read: int, created_seq: int = 0
@@ -103,6 +130,9 @@ class Group:
         self.pel: SortedDict = SortedDict()
         self.consumers: dict[str, Consumer] = {}
         self.records: dict[StreamID, DeliveryRecord] = {}
+        # the last RENAME that moved this group's key (its seq and model time)
+        self.moved_seq: int | None = None
+        self.moved_ms: int | None = None
 
 
 class Node:

@@ -13,6 +13,8 @@ import pytest
 from pelengine.engine import udf
 from pelengine.engine.python import arrow
 from pelengine.model import Replayer, snapshot_tables
+from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
+from pelengine.model.snapshot import DELIVERY_COLUMNS
 from pelengine.schemas import REPLAY_INPUT_SCHEMA, REPLAY_PACKED_SCHEMA, REPLAY_TABLE_SCHEMAS
 from pelengine.settings import Settings
 from pelengine.synth import generate_events
@@ -147,6 +149,17 @@ def test_a_unit_of_a_split_family_writes_its_groups_rows_only() -> None:
             _same(own, got[table])
         else:
             assert table not in got
+
+
+def test_the_models_columns_are_the_replay_tables() -> None:
+    """What the model appends is each replay table's columns, in order: delivery_counts
+    (with ``changed_*``), the delivery segments and the group incarnations."""
+    names = {t: tuple(f.name for f in s.fields) for t, s in REPLAY_TABLE_SCHEMAS.items()}
+    assert names["delivery_counts"] == DELIVERY_COLUMNS
+    assert names["delivery_segments"] == SEGMENT_COLUMNS
+    assert names["group_incarnations"] == INCARNATION_COLUMNS
+    assert SEGMENT_COLUMNS[-3:] == ("segment_n", "changed_seq", "changed_ms")
+    assert INCARNATION_COLUMNS[-2:] == ("moved_seq", "moved_ms")
 
 
 def test_input_columns_are_read_without_rows() -> None:

@@ -293,3 +293,167 @@ def test_runs_continuing_a_saved_model_merge_to_the_full_rows(seed: int) -> None
         model.drain_pel_history()
         model = load(json.loads(json.dumps(dump(model))))
     assert _sorted(rows) == _full("7.0", steps)
+
+
+# ---- changed_seq/changed_ms: the command that last changed each row ----------------------
+
+# seq = position; the model time of each command is its ts.
+CHANGES = [
+    S(1000, "XADD s 1-0 f v"),
+    S(1000, "XADD s 2-0 f v"),
+    S(1000, "XGROUP CREATE s g 0"),
+    S(1001, "XREADGROUP GROUP g a COUNT 2 STREAMS s >"),  # seq 4: 1-0 and 2-0 delivered
+    S(1002, "XCLAIM s g b 0 1-0"),  # seq 5: 1-0 claimed
+    S(1003, "XACK s g 2-0"),  # seq 6: 2-0 acked (spilling: its segment leaves under s)
+    S(1004, "XADD s 3-0 f v"),  # seq 7: no record changes
+    S(1005, "RENAME s t"),  # seq 8: every record (the acked 2-0 too) moves to t
+    S(1006, "XREADGROUP GROUP g c COUNT 1 STREAMS t >"),  # seq 9: 3-0 delivered
+    S(1007, "XADD t 4-0 f v"),  # seq 10: no record changes
+]
+
+
+def _changed(rows: list[Row]) -> dict[str, tuple[Any, ...]]:
+    return {r["id"]: (r["key"], r["status"], r["changed_seq"], r["changed_ms"]) for r in rows}
+
+
+def _changes_at(cut: int) -> list[Step]:
+    return _steps_of_scenario(CHANGES)[:cut]
+
+
+@pytest.mark.parametrize(
+    ("cut", "expected"),
+    [
+        (4, {"1-0": ("s", "pending", 4, 1001), "2-0": ("s", "pending", 4, 1001)}),
+        (5, {"1-0": ("s", "pending", 5, 1002), "2-0": ("s", "pending", 4, 1001)}),
+        (7, {"1-0": ("s", "pending", 5, 1002), "2-0": ("s", "acked", 6, 1003)}),
+        (
+            10,
+            {
+                "1-0": ("t", "pending", 8, 1005),
+                "2-0": ("t", "acked", 8, 1005),
+                "3-0": ("t", "pending", 9, 1006),
+            },
+        ),
+    ],
+)
+def test_rows_carry_the_command_that_last_changed_them(
+    cut: int, expected: dict[str, tuple[Any, ...]]
+) -> None:
+    """A delivery, a claim, an ack, a RENAME (of an open and a closed record): each
+    stamps the row with its seq and time; other commands leave it."""
+    r = Replayer("7.0")
+    outcomes = [r.apply(n, s.ts, s.argv) for n, s in enumerate(CHANGES[:cut], start=1)]
+    check_outcomes(CHANGES[:cut], [(o.kind, o.error) for o in outcomes])
+    steps = _changes_at(cut)
+    assert _changed(_full("7.0", steps)) == expected
+    assert _changed(_merged("7.0", steps)) == expected
+
+
+def test_a_rename_moves_the_spilled_segments_through_the_incarnation() -> None:
+    """Spilling: the acked 2-0 left the model under ``s`` before the RENAME; its segment
+    keeps the ack's stamp and the incarnation row names the RENAME, which the merge
+    takes (the larger seq)."""
+    segments, incarnations, _ = _spilled("7.0", _changes_at(10))
+    acked = [(s["key"], s["status"], s["changed_seq"], s["changed_ms"]) for s in segments]
+    assert ("s", "acked", 6, 1003) in acked
+    assert [(i["key"], i["moved_seq"], i["moved_ms"]) for i in incarnations] == [("t", 8, 1005)]
+    # no RENAME yet: the incarnation was never moved
+    _, before, _ = _spilled("7.0", _changes_at(7))
+    assert [(i["key"], i["moved_seq"], i["moved_ms"]) for i in before] == [("s", None, None)]
+
+
+def test_the_rows_of_an_ended_incarnation_do_not_move() -> None:
+    """A group destroyed before a RENAME: its rows stay where and as they ended."""
+    steps = [
+        *CHANGES[:7],
+        S(1004, "XGROUP DESTROY s g"),  # seq 8: 1-0 closes group_destroyed
+        S(1005, "RENAME s t"),  # seq 9: moves the stream, not the ended incarnation
+    ]
+    want = {"1-0": ("s", "group_destroyed", 8, 1004), "2-0": ("s", "acked", 6, 1003)}
+    assert _changed(_full("7.0", _steps_of_scenario(steps))) == want
+    assert _changed(_merged("7.0", _steps_of_scenario(steps))) == want
+
+
+def test_a_reloaded_model_continues_the_stamps() -> None:
+    """Runs cut at seqs 5, 7, 8 and 10, each continuing the saved model (dumped, loaded):
+    an open record untouched in a run has no stamp in its next segment (the earlier
+    row's carries through the merge), a RENAME in a later run still reaches the records
+    spilled in an earlier one, and the rows equal a straight replay."""
+    steps = _steps_of_scenario(CHANGES)
+    model = Replayer("7.0", spill_closed_records=True)
+    rows: list[Row] = []
+    start = 0
+    open_stamps: dict[int, dict[str, Any]] = {}
+    for cut in (5, 7, 8, 10):
+        segments: list[Row] = []
+        incarnations: list[Row] = []
+        for seq, ts, argv, db, client in steps[start:cut]:
+            model.apply(seq, ts, argv, db, client)
+            segments += model.drain_delivery_segments()
+            incarnations += model.drain_group_incarnations()
+        start = cut
+        last = steps[cut - 1]
+        snap = snapshot_tables(model, last[1], last[0])
+        open_stamps[cut] = {s["id"]: s["changed_seq"] for s in snap["delivery_segments"]}
+        rows = merge_delivery_segments(
+            [prior_segment(row) for row in rows] + segments + snap["delivery_segments"],
+            incarnations + snap["group_incarnations"],
+            {"as_of_ms": last[1], "as_of_seq": last[0]},
+        )
+        assert _sorted(rows) == _full("7.0", steps[:cut]), f"cut at {cut}"
+        model.restart_open_records()
+        model.drain_changes()
+        model.drain_pel_history()
+        model = load(json.loads(json.dumps(dump(model))))
+    assert open_stamps == {
+        5: {"1-0": 5, "2-0": 4},
+        7: {"1-0": None},  # 2-0 acked in this run (a closed segment); 1-0 untouched
+        8: {"1-0": 8},  # the RENAME
+        10: {"1-0": None, "3-0": 9},
+    }
+    assert _changed(rows) == {
+        "1-0": ("t", "pending", 8, 1005),
+        "2-0": ("t", "acked", 8, 1005),
+        "3-0": ("t", "pending", 9, 1006),
+    }
+    saved = dump(model)
+    (group,) = saved["state"]["groups"]
+    assert (group["moved_seq"], group["moved_ms"]) == (8, 1005)
+    assert {r["changed_seq"] for r in saved["state"]["records"]} == {None}
+
+
+def test_a_loaded_pending_entry_is_stamped_by_its_load_row() -> None:
+    """``PELENGINE.LOAD PENDING`` creates the record (stamped with the row's seq and
+    time); a later claim stamps it again."""
+    load_rows = [
+        S(1000, "PELENGINE.LOAD BEGIN"),
+        S(1000, "PELENGINE.LOAD STREAM s 2-0 2 0-0 1-0"),
+        S(1000, "PELENGINE.LOAD NODE s 1-0 120 1 f 1-0 1 2-0 1"),
+        S(1000, "PELENGINE.LOAD GROUP s g 2-0 2"),
+        S(1000, "PELENGINE.LOAD CONSUMER s g a 900 -1"),
+        S(1001, "PELENGINE.LOAD PENDING s g 1-0 a 940 3 2-0 a 945 1"),  # seq 6
+        S(1002, "XCLAIM s g b 0 2-0"),  # seq 7
+    ]
+    r = Replayer("7.0")
+    outcomes = [r.apply(n, s.ts, s.argv) for n, s in enumerate(load_rows, start=1)]
+    check_outcomes(load_rows, [(o.kind, o.error) for o in outcomes])
+    steps = _steps_of_scenario(load_rows)
+    want = {"1-0": ("s", "pending", 6, 1001), "2-0": ("s", "pending", 7, 1002)}
+    assert _changed(_full("7.0", steps)) == want
+    assert _changed(_merged("7.0", steps)) == want
+    assert _changed(_full("7.0", steps[:6])) == {
+        "1-0": ("s", "pending", 6, 1001),
+        "2-0": ("s", "pending", 6, 1001),
+    }
+
+
+def test_the_delivery_counts_columns() -> None:
+    """The model renders delivery_counts in the engines' columns (pelengine.schemas'
+    ``ENGINE_TABLE_COLUMNS``, held to the model's in tests/engine/test_udf_columns.py)."""
+    row = _full("7.0", _changes_at(10))[0]
+    assert tuple(row) == (
+        *("db", "key", "group", "id", "id_ms", "id_seq", "delivery_count", "deliveries"),
+        *("owners", "first_delivery_ms", "last_delivery_ms", "status", "closed_ms"),
+        *("owner_names", "group_created_seq", "changed_seq", "changed_ms"),
+        *("as_of_ms", "as_of_seq"),
+    )

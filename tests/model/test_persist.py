@@ -409,14 +409,18 @@ def test_another_schema_version_is_refused_naming_both() -> None:
     data["state_version"] = 7
     with pytest.raises(
         StateVersionError,
-        match=r"^state schema version 7 is not supported \(this pelengine reads version 1\)$",
+        match=r"^state schema version 7 is not supported \(this pelengine reads version 2\)$",
     ):
         load(data)
-    del data["state_version"]
-    with pytest.raises(StateVersionError, match=r"version is missing .*reads version 1"):
+    # the layout before delivery records and groups carried changed_*/moved_*
+    data["state_version"] = 1
+    with pytest.raises(StateVersionError, match=r"version 1 is not supported .*reads version 2"):
         load(data)
-    data["state_version"] = "1"
-    with pytest.raises(StateVersionError, match=r"version '1' is not supported"):
+    del data["state_version"]
+    with pytest.raises(StateVersionError, match=r"version is missing .*reads version 2"):
+        load(data)
+    data["state_version"] = "2"
+    with pytest.raises(StateVersionError, match=r"version '2' is not supported"):
         load(data)
 
 

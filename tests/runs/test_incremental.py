@@ -281,7 +281,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
     state_path = str(inc / "_state")
     rows_now = read_table(spark, state_path).collect()
     (run,) = [r for r in rows_now if r["kind"] == "run"]
-    assert run["state_version"] == 1 and run["state"] is None and run["select_db"] == 0
+    assert run["state_version"] == 2 and run["state"] is None and run["select_db"] == 0
     assert run["delivery_counts_version"] == table_version(spark, str(inc / "delivery_counts"))
     assert (0, "t", "s") in [(f["db"], f["key"], f["family"]) for f in run["family_of"]]
     families = {r["family"]: r for r in rows_now if r["kind"] == "family"}
@@ -300,7 +300,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
         "agg_n long, agg_x long",
     )
     write_table(old, state_path, "overwrite", overwrite_schema=True)
-    with pytest.raises(StateMismatchError, match=r"older pelengine .*version 1 .*new --out"):
+    with pytest.raises(StateMismatchError, match=r"older pelengine .*version 2 .*new --out"):
         run_reconstruct(spark, str(events), str(inc), settings)
 
 
@@ -363,5 +363,5 @@ def test_a_family_model_goes_through_arrow_unchanged() -> None:
 def test_a_family_model_of_another_version_is_refused_clearly() -> None:
     saved = {**dump(Replayer("7.0")), "agg_n": 0, "agg_x": 0}
     saved["state_version"] = 7
-    with pytest.raises(StateVersionError, match=r"version 7 is not supported .*reads version 1"):
+    with pytest.raises(StateVersionError, match=r"version 7 is not supported .*reads version 2"):
         load_state(saved)

@@ -64,7 +64,7 @@ pub const VERSION_COLUMNS: [&str; 14] = [
 ];
 
 /// `delivery.SEGMENT_COLUMNS`
-pub const SEGMENT_COLUMNS: [&str; 15] = [
+pub const SEGMENT_COLUMNS: [&str; 17] = [
     "db",
     "key",
     "group",
@@ -80,10 +80,19 @@ pub const SEGMENT_COLUMNS: [&str; 15] = [
     "status",
     "closed_ms",
     "segment_n",
+    "changed_seq",
+    "changed_ms",
 ];
 
 /// `delivery.INCARNATION_COLUMNS`
-pub const INCARNATION_COLUMNS: [&str; 4] = ["db", "key", "group", "group_created_seq"];
+pub const INCARNATION_COLUMNS: [&str; 6] = [
+    "db",
+    "key",
+    "group",
+    "group_created_seq",
+    "moved_seq",
+    "moved_ms",
+];
 
 /// What `Replayer::drain_tables` hands on, per output table (`replay.HISTORY_TABLES`).
 pub const HISTORY_TABLES: [&str; 4] = [
@@ -219,6 +228,8 @@ pub struct SegmentRows {
     pub status: Texts,
     pub closed_ms: Vec<Option<i64>>,
     pub segment_n: Vec<i64>,
+    pub changed_seq: Vec<Option<i64>>,
+    pub changed_ms: Vec<Option<i64>>,
 }
 
 /// Group incarnations (`INCARNATION_COLUMNS`).
@@ -228,6 +239,8 @@ pub struct IncarnationRows {
     pub key: Texts,
     pub group: Texts,
     pub group_created_seq: Vec<i64>,
+    pub moved_seq: Vec<Option<i64>>,
+    pub moved_ms: Vec<Option<i64>>,
 }
 
 /// `len`, `is_empty`, `take` and `extend` of a column-wise sink (every column of the
@@ -309,9 +322,19 @@ sink!(
     last_delivery_ms,
     status,
     closed_ms,
-    segment_n
+    segment_n,
+    changed_seq,
+    changed_ms
 );
-sink!(IncarnationRows, db, key, group, group_created_seq);
+sink!(
+    IncarnationRows,
+    db,
+    key,
+    group,
+    group_created_seq,
+    moved_seq,
+    moved_ms
+);
 
 /// One segment (`SEGMENT_COLUMNS`): `rec` as it closed (or as it is, still open, at
 /// the end).
@@ -365,25 +388,19 @@ pub(crate) fn push_segment(
     sink.status.push(&rec.status);
     sink.closed_ms.push(rec.closed_ms);
     sink.segment_n.push(segment_n);
+    sink.changed_seq.push(rec.changed_seq);
+    sink.changed_ms.push(rec.changed_ms);
 }
 
-/// Where a group incarnation ended (or is at the end): its final db, key and name
-/// (`INCARNATION_COLUMNS`).
+/// Where a group incarnation ended (or is at the end): its final db, key and name,
+/// and the last `RENAME` that moved it (`INCARNATION_COLUMNS`).
 pub fn append_incarnation(sink: &mut IncarnationRows, db: i64, key: &str, group: &Group) {
-    push_incarnation(sink, db, key, &group.name, group.created_seq);
-}
-
-pub(crate) fn push_incarnation(
-    sink: &mut IncarnationRows,
-    db: i64,
-    key: &str,
-    group: &str,
-    created_seq: i64,
-) {
     sink.db.push(db);
     sink.key.push(key);
-    sink.group.push(group);
-    sink.group_created_seq.push(created_seq);
+    sink.group.push(&group.name);
+    sink.group_created_seq.push(group.created_seq);
+    sink.moved_seq.push(group.moved_seq);
+    sink.moved_ms.push(group.moved_ms);
 }
 
 /// The history rows of every output table (`HISTORY_TABLES`).
@@ -432,14 +449,20 @@ mod tests {
         let mut sink = SegmentRows::default();
         let group = Group::new("g", StreamId::new(0, 0), -1, 7);
         let owners: BTreeSet<String> = ["b", "a", "é", "Z"].iter().map(|s| s.to_string()).collect();
-        let rec = DeliveryRecord::new(2, 3, owners, Some(1), Some(5));
+        let mut rec = DeliveryRecord::new(2, 3, owners, Some(1), Some(5));
+        rec.changed(9, 1009);
         append_segment(&mut sink, 0, "k", &group, &StreamId::new(1, 2), &rec, 4);
         assert_eq!(sink.owner_names[0], ["Z", "a", "b", "é"]);
+        assert_eq!(
+            (sink.changed_seq[0], sink.changed_ms[0]),
+            (Some(9), Some(1009))
+        );
         assert_eq!(sink.id.get(0), Some("1-2"));
         let taken = sink.take();
         assert_eq!((taken.len(), sink.len()), (1, 0));
         let mut inc = IncarnationRows::default();
         append_incarnation(&mut inc, 1, "k", &group);
         assert_eq!(inc.group_created_seq, [7]);
+        assert_eq!((inc.moved_seq[0], inc.moved_ms[0]), (None, None));
     }
 }

@@ -83,7 +83,9 @@ impl Model<'_> {
     }
 
     /// RENAME: the value moves; a stream's pending entries end their `pel_history`
-    /// versions under `src` and start new ones under `dst`.
+    /// versions under `src` and start new ones under `dst`. Every delivery record a
+    /// group holds changes its key (stamped with `call`), and so does each group
+    /// (`moved_seq`/`moved_ms`: for the records it already spilled).
     pub(crate) fn move_key(
         &mut self,
         call: &Call,
@@ -98,6 +100,13 @@ impl Model<'_> {
         if let Value::Stream(stream) = &mut value {
             call.touched_stream.set(true);
             self.waits.signal(db, src);
+            for group in stream.groups.values_mut() {
+                group.moved_seq = Some(call.seq);
+                group.moved_ms = Some(call.now);
+                for rec in group.records.values_mut() {
+                    rec.changed(call.seq, call.now);
+                }
+            }
             if self.hist.record_changes {
                 let Stream {
                     entries, groups, ..

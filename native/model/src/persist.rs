@@ -42,7 +42,7 @@ use crate::state::{Consumer, Counters, DeliveryRecord, Group, Node, PelVersion, 
 use crate::state::{Entries, Stream, Value};
 
 /// The schema version `dump` writes and `load` reads (Python's `STATE_SCHEMA_VERSION`).
-pub const STATE_SCHEMA_VERSION: i64 = 1;
+pub const STATE_SCHEMA_VERSION: i64 = 2;
 /// What a key holding a stream says in the `keys` section.
 pub const STREAM_TYPE: &str = "stream";
 
@@ -342,6 +342,8 @@ rows! {
         last_id_seq: i64 = "u64",
         entries_read: i64 = "long",
         created_seq: i64 = "long",
+        moved_seq: Option<i64> = "long?",
+        moved_ms: Option<i64> = "long?",
     }
     ConsumerRow = "consumers" {
         db: i32 = "int",
@@ -384,6 +386,8 @@ rows! {
         last_delivery_ms: Option<i64> = "long?",
         status: String = "string",
         closed_ms: Option<i64> = "long?",
+        changed_seq: Option<i64> = "long?",
+        changed_ms: Option<i64> = "long?",
     }
     /// The delivery records of groups that ended (a model that does not spill them).
     ClosedRecordRow = "closed_records" {
@@ -400,6 +404,8 @@ rows! {
         last_delivery_ms: Option<i64> = "long?",
         status: String = "string",
         closed_ms: Option<i64> = "long?",
+        changed_seq: Option<i64> = "long?",
+        changed_ms: Option<i64> = "long?",
     }
     /// MULTI blocks still open, per client: the MULTI's seq and the unit's time.
     UnitRow = "units" {
@@ -759,6 +765,8 @@ fn dump_group(out: &mut StateSections, db: i64, key: &str, group: &Group) -> Res
         last_id_seq: u(group.last_id.seq),
         entries_read: group.entries_read,
         created_seq: group.created_seq,
+        moved_seq: group.moved_seq,
+        moved_ms: group.moved_ms,
     });
     let mut held: HashMap<&str, usize> = HashMap::new();
     for consumer in group.consumers.values() {
@@ -835,6 +843,8 @@ fn dump_group(out: &mut StateSections, db: i64, key: &str, group: &Group) -> Res
             last_delivery_ms: rec.last_delivery_ms,
             status: rec.status.clone(),
             closed_ms: rec.closed_ms,
+            changed_seq: rec.changed_seq,
+            changed_ms: rec.changed_ms,
         });
     }
     Ok(())
@@ -961,6 +971,8 @@ pub fn dump(r: &Replayer) -> Result<StateData, String> {
             last_delivery_ms: rec.last_delivery_ms,
             status: rec.status.clone(),
             closed_ms: rec.closed_ms,
+            changed_seq: rec.changed_seq,
+            changed_ms: rec.changed_ms,
         });
     }
     for (client, (multi_seq, now)) in &r.units {
@@ -1025,24 +1037,22 @@ fn key_error3(db: i64, key: &str, group: &str) -> String {
     format!("KeyError: ({db}, {}, {})", py_repr(key), py_repr(group))
 }
 
-fn load_record(
-    delivery_count: i64,
-    deliveries: i64,
-    owners: &[String],
-    first: Option<i64>,
-    last: Option<i64>,
-    status: &str,
-    closed_ms: Option<i64>,
-) -> DeliveryRecord {
-    DeliveryRecord {
-        delivery_count,
-        deliveries,
-        owners: owners.iter().cloned().collect(),
-        first_delivery_ms: first,
-        last_delivery_ms: last,
-        status: status.to_string(),
-        closed_ms,
-    }
+/// The delivery record a `RecordRow` or `ClosedRecordRow` holds (the same fields).
+macro_rules! load_record {
+    ($row:expr) => {{
+        let row = $row;
+        DeliveryRecord {
+            delivery_count: row.delivery_count,
+            deliveries: row.deliveries,
+            owners: row.owners.iter().cloned().collect(),
+            first_delivery_ms: row.first_delivery_ms,
+            last_delivery_ms: row.last_delivery_ms,
+            status: row.status.clone(),
+            closed_ms: row.closed_ms,
+            changed_seq: row.changed_seq,
+            changed_ms: row.changed_ms,
+        }
+    }};
 }
 
 fn group_of<'s>(
@@ -1188,12 +1198,14 @@ fn build(s: &StateSections, resolve: ResolveProfile<'_>) -> Result<Replayer, Str
         let stream = streams
             .get_mut(&(i64::from(row.db), row.key.clone()))
             .ok_or_else(|| key_error2(i64::from(row.db), &row.key))?;
-        let group = Group::new(
+        let mut group = Group::new(
             &row.group,
             id(row.last_id_ms, row.last_id_seq),
             row.entries_read,
             row.created_seq,
         );
+        group.moved_seq = row.moved_seq;
+        group.moved_ms = row.moved_ms;
         stream.groups.insert(row.group.clone(), group);
     }
     for row in &s.consumers {
@@ -1251,27 +1263,11 @@ fn build(s: &StateSections, resolve: ResolveProfile<'_>) -> Result<Replayer, Str
     }
     for row in &s.records {
         let group = group_of(&mut streams, row.db, &row.key, &row.group)?;
-        let rec = load_record(
-            row.delivery_count,
-            row.deliveries,
-            &row.owners,
-            row.first_delivery_ms,
-            row.last_delivery_ms,
-            &row.status,
-            row.closed_ms,
-        );
+        let rec = load_record!(row);
         group.records.insert(id(row.id_ms, row.id_seq), rec);
     }
     for row in &s.closed_records {
-        let rec = load_record(
-            row.delivery_count,
-            row.deliveries,
-            &row.owners,
-            row.first_delivery_ms,
-            row.last_delivery_ms,
-            &row.status,
-            row.closed_ms,
-        );
+        let rec = load_record!(row);
         r.closed.push((
             i64::from(row.db),
             row.key.clone(),

@@ -13,7 +13,7 @@ use crate::IndexMap;
 
 use crate::calls::Call;
 use crate::fail::{internal, Fail};
-use crate::history::{push_incarnation, push_segment, HistoryTables};
+use crate::history::{append_incarnation, push_segment, HistoryTables};
 use crate::ids::StreamId;
 use crate::state::{
     bump, ClosedRecord, Consumer, DeliveryRecord, Group, PelVersion, PendingEntry, Records, Stream,
@@ -76,6 +76,7 @@ impl<'a> Recorder<'a> {
             pel,
             consumers,
             records,
+            ..
         } = group;
         GroupParts {
             last_id,
@@ -119,13 +120,7 @@ impl<'a> Recorder<'a> {
         let records = std::mem::take(&mut group.records);
         if self.spill {
             // every record was open (spilled as it closed just now)
-            push_incarnation(
-                &mut self.tables.group_incarnations,
-                db,
-                key,
-                &group.name,
-                group.created_seq,
-            );
+            append_incarnation(&mut self.tables.group_incarnations, db, key, group);
         } else {
             for (entry_id, rec) in records {
                 self.closed.push((
@@ -249,7 +244,8 @@ impl<'g> GroupLog<'g, '_> {
 
     /// `nack` stays pending, (re)delivered to `to` (`change`: delivered, reassigned,
     /// redelivered, claimed; `from`: who held it before). An entry delivered is one
-    /// the stream holds (its version's `entry_exists`).
+    /// the stream holds (its version's `entry_exists`). Its delivery record is stamped
+    /// with the call.
     pub(crate) fn delivered(
         &mut self,
         entry_id: StreamId,
@@ -281,6 +277,7 @@ impl<'g> GroupLog<'g, '_> {
         }
         rec.last_delivery_ms = Some(nack.delivery_time);
         rec.delivery_count = nack.delivery_count;
+        rec.changed(self.call.seq, self.call.now);
         if self.hist.record_changes {
             self.hist
                 .track_version(self.call, self.at(&entry_id), nack, true);
@@ -290,7 +287,7 @@ impl<'g> GroupLog<'g, '_> {
     }
 
     /// `nack` left the PEL with `status` (`change` in `ownership_changes`), from the
-    /// consumer that held it.
+    /// consumer that held it; its delivery record is stamped with the call.
     pub(crate) fn left(
         &mut self,
         entry_id: StreamId,
@@ -302,6 +299,7 @@ impl<'g> GroupLog<'g, '_> {
             rec.status = status.to_string();
             rec.closed_ms = Some(self.call.now);
             rec.delivery_count = nack.delivery_count;
+            rec.changed(self.call.seq, self.call.now);
             if self.hist.spill {
                 if let Some(rec) = self.records.shift_remove(&entry_id) {
                     bump(self.hist.segment_n);
@@ -327,7 +325,8 @@ impl<'g> GroupLog<'g, '_> {
     }
 
     /// A pending entry a snapshot holds (`PELENGINE.LOAD PENDING`): its history
-    /// starts here, with the counter the snapshot has and no delivery seen.
+    /// starts here, with the counter the snapshot has and no delivery seen (the record
+    /// stamped with the call).
     pub(crate) fn loaded(
         &mut self,
         entry_id: StreamId,
@@ -339,10 +338,9 @@ impl<'g> GroupLog<'g, '_> {
             .clone()
             .ok_or_else(|| internal("AssertionError: no consumer"))?;
         let owners = std::iter::once(consumer.clone()).collect();
-        self.records.insert(
-            entry_id,
-            DeliveryRecord::new(nack.delivery_count, 0, owners, None, None),
-        );
+        let mut rec = DeliveryRecord::new(nack.delivery_count, 0, owners, None, None);
+        rec.changed(self.call.seq, self.call.now);
+        self.records.insert(entry_id, rec);
         if !self.hist.record_changes {
             return Ok(());
         }

@@ -519,7 +519,8 @@ impl Replayer {
 
     /// Spilling, once the snapshot gave the open records as segments and the model is
     /// saved to continue later: each open record starts a new, empty segment, so that
-    /// the next run's segments hold only what happens after this point.
+    /// the next run's segments hold only what happens after this point (an untouched
+    /// record's next segment carries no change: `changed_*` None).
     pub fn restart_open_records(&mut self) {
         bump(&mut self.segment_n);
         for value in self.keys.values_mut() {
@@ -530,6 +531,8 @@ impl Replayer {
                         rec.owners.clear();
                         rec.first_delivery_ms = None;
                         rec.last_delivery_ms = None;
+                        rec.changed_seq = None;
+                        rec.changed_ms = None;
                     }
                 }
             }

@@ -89,6 +89,11 @@ impl Consumer {
 /// of the entry while it was not pending (or from the start of a run, for an entry
 /// already pending: then without deliveries so far, `first`/`last_delivery_ms`
 /// None) to the moment it left the PEL.
+///
+/// `changed_seq`/`changed_ms`: the seq and model time of the last command that
+/// changed the row (a delivery or claim, its leaving the PEL, a `PELENGINE.LOAD`
+/// creating it, a `RENAME` moving its group); None when nothing changed it in this
+/// segment (an open record restarted between runs, untouched since).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeliveryRecord {
     pub delivery_count: i64,
@@ -98,6 +103,8 @@ pub struct DeliveryRecord {
     pub last_delivery_ms: Option<i64>,
     pub status: String,
     pub closed_ms: Option<i64>,
+    pub changed_seq: Option<i64>,
+    pub changed_ms: Option<i64>,
 }
 
 impl DeliveryRecord {
@@ -116,11 +123,23 @@ impl DeliveryRecord {
             last_delivery_ms,
             status: "pending".to_string(),
             closed_ms: None,
+            changed_seq: None,
+            changed_ms: None,
         }
+    }
+
+    /// The command `seq` (at model time `now`) changed this row.
+    pub fn changed(&mut self, seq: i64, now: i64) {
+        self.changed_seq = Some(seq);
+        self.changed_ms = Some(now);
     }
 }
 
 /// A consumer group: last delivered ID, read counter, PEL and consumers.
+///
+/// `moved_seq`/`moved_ms`: the seq and model time of the last `RENAME` that moved the
+/// group's key (None if none did): with spilling, the records that already left the
+/// model as segments changed their key then too.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Group {
     pub name: String,
@@ -133,6 +152,9 @@ pub struct Group {
     pub consumers: IndexMap<String, Consumer>,
     /// insertion-ordered, as Python's dict
     pub records: Records,
+    /// the last RENAME that moved this group's key (its seq and model time)
+    pub moved_seq: Option<i64>,
+    pub moved_ms: Option<i64>,
 }
 
 impl Group {
@@ -145,6 +167,8 @@ impl Group {
             pel: BTreeMap::new(),
             consumers: IndexMap::default(),
             records: IndexMap::default(),
+            moved_seq: None,
+            moved_ms: None,
         }
     }
 }

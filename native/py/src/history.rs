@@ -28,12 +28,13 @@ pub fn version_cols(rows: VersionRows) -> Cols {
 /// `delivery_segments` rows (`SEGMENT_COLUMNS`).
 pub fn segment_cols(rows: SegmentRows) -> Cols {
     cols_of!(rows; db, key, group, group_created_seq, id, id_ms, id_seq, delivery_count,
-        deliveries, owner_names, first_delivery_ms, last_delivery_ms, status, closed_ms, segment_n)
+        deliveries, owner_names, first_delivery_ms, last_delivery_ms, status, closed_ms, segment_n,
+        changed_seq, changed_ms)
 }
 
 /// `group_incarnations` rows (`INCARNATION_COLUMNS`).
 pub fn incarnation_cols(rows: IncarnationRows) -> Cols {
-    cols_of!(rows; db, key, group, group_created_seq)
+    cols_of!(rows; db, key, group, group_created_seq, moved_seq, moved_ms)
 }
 
 /// The drained history, per table in `HISTORY_TABLES` order.

@@ -93,7 +93,8 @@ const HISTORY_COLUMNS: &[(&str, Kind)] = &[
     ("as_of_ms", Int),
     ("as_of_seq", Int),
 ];
-/// a delivery record as a row of delivery_counts
+/// a delivery record as a row of delivery_counts (`pelengine.schemas`'
+/// `ENGINE_TABLE_COLUMNS["delivery_counts"]`)
 const DELIVERY_COLUMNS: &[(&str, Kind)] = &[
     ("db", Int),
     ("key", Str),
@@ -104,12 +105,14 @@ const DELIVERY_COLUMNS: &[(&str, Kind)] = &[
     ("delivery_count", Int),
     ("deliveries", Int),
     ("owners", Int),
-    ("owner_names", StrList),
     ("first_delivery_ms", Int),
     ("last_delivery_ms", Int),
     ("status", Str),
     ("closed_ms", Int),
+    ("owner_names", StrList),
     ("group_created_seq", Int),
+    ("changed_seq", Int),
+    ("changed_ms", Int),
     ("as_of_ms", Int),
     ("as_of_seq", Int),
 ];
@@ -313,12 +316,14 @@ fn append_record(
         rec.delivery_count.into(),
         rec.deliveries.into(),
         owners.len().into(),
-        owners.into(),
         rec.first_delivery_ms.into(),
         rec.last_delivery_ms.into(),
         rec.status.as_str().into(),
         rec.closed_ms.into(),
+        owners.into(),
         e.created_seq.into(),
+        rec.changed_seq.into(),
+        rec.changed_ms.into(),
         as_of_ms.into(),
         as_of_seq.into(),
     ]);
