@@ -10,6 +10,7 @@ and ``rejected_events``) must equal what one full run over the whole table gives
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -21,6 +22,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
+from pelengine import storage
 from pelengine.engine.python.state import dump_state, load_state, saved_states
 from pelengine.engine.udf import _arrow_schema
 from pelengine.model import Replayer
@@ -291,6 +293,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
     # family models of another schema version are refused, naming both versions
     newer = [r.asDict() | ({"state_version": 7} if r["kind"] == "family" else {}) for r in rows_now]
     write_table(spark.createDataFrame(newer, STATE_TABLE_SCHEMA), state_path, "overwrite")
+    _state_of_record(spark, inc)
     with pytest.raises(StateMismatchError, match=r"schema version 7, .* reads state schema "):
         run_reconstruct(spark, str(events), str(inc), settings)
     # a state pickled by an older pelengine (a state_blob, no version) is refused too
@@ -300,8 +303,19 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
         "agg_n long, agg_x long",
     )
     write_table(old, state_path, "overwrite", overwrite_schema=True)
+    _state_of_record(spark, inc)
     with pytest.raises(StateMismatchError, match=r"older pelengine .*version 2 .*new --out"):
         run_reconstruct(spark, str(events), str(inc), settings)
+
+
+def _state_of_record(spark: SparkSession, out: Path) -> None:
+    """Make the state's latest version the one the run record names (a night reads the
+    state the newest ``_runs`` row names, not a version written after it)."""
+    run = storage.newest_run(spark, str(out))
+    assert run is not None
+    report = json.loads(run["report"])
+    report["tables"] = {**run["tables"], "_state": table_version(spark, str(out / "_state"))}
+    storage.record_run(spark, str(out), report)
 
 
 def _waiting_model() -> Replayer:
