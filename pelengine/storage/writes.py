@@ -158,7 +158,9 @@ def replace_rows(
         ).select(*columns, "_op")
     )
     equal = "IS NOT DISTINCT FROM" if null_safe else "="
-    match = " AND ".join(f"t.{_quoted(k)} {equal} s.{_quoted(k)}" for k in keys)
+    # each comparison in parentheses: DataFusion (delta-rs) binds AND tighter than
+    # IS NOT DISTINCT FROM
+    match = " AND ".join(f"(t.{_quoted(k)} {equal} s.{_quoted(k)})" for k in keys)
     if where:
         match += f" AND ({where})"
     if isinstance(path, str) and storage_mode(spark) == EMBEDDED:
