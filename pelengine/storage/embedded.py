@@ -360,12 +360,71 @@ def _require_table(
 
 @dataclass
 class AddedFile:
-    """A parquet file a task wrote into the table directory (path relative to the table)."""
+    """A parquet file a task wrote into the table directory (path relative to the table),
+    with its Delta statistics (``stats``: ``numRecords``, and per column the smallest and
+    largest value and the null count, so that readers and merges skip files)."""
 
     path: str
     size: int
     num_records: int
     modification_time: int
+    stats: str = ""
+
+    def stats_json(self) -> str:
+        return self.stats or json.dumps({"numRecords": self.num_records})
+
+
+#: Strings longer than this keep no min/max (Delta truncates them; here they are left out,
+#: which only means a reader cannot skip a file by that column).
+_STATS_STRING_LIMIT = 64
+
+
+class ColumnStats:
+    """Delta statistics of one file, gathered batch by batch as a task writes it: the
+    smallest and largest value of every top-level integer and string column, and the
+    null count of every top-level column that is not nested."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        import pyarrow as pa
+
+        self.rows = 0
+        self.columns = [
+            f.name
+            for f in schema
+            if pa.types.is_integer(f.type)
+            or pa.types.is_string(f.type)
+            or pa.types.is_large_string(f.type)
+        ]
+        self.nulls: dict[str, int] = {f.name: 0 for f in schema if not pa.types.is_nested(f.type)}
+        self.low: dict[str, Any] = {}
+        self.high: dict[str, Any] = {}
+        self.dropped: set[str] = set()
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        import pyarrow.compute as pc
+
+        self.rows += batch.num_rows
+        for name in self.nulls:
+            self.nulls[name] += batch.column(name).null_count
+        for name in self.columns:
+            if name in self.dropped:
+                continue
+            found = pc.min_max(batch.column(name)).as_py()
+            lo, hi = found["min"], found["max"]
+            if lo is None:
+                continue
+            if isinstance(lo, str) and max(len(lo), len(hi)) > _STATS_STRING_LIMIT:
+                self.dropped.add(name)
+                continue
+            self.low[name] = lo if name not in self.low else min(self.low[name], lo)
+            self.high[name] = hi if name not in self.high else max(self.high[name], hi)
+
+    def to_json(self) -> str:
+        low = {k: v for k, v in self.low.items() if k not in self.dropped}
+        high = {k: v for k, v in self.high.items() if k not in self.dropped}
+        return json.dumps(
+            {"numRecords": self.rows, "minValues": low, "maxValues": high, "nullCount": self.nulls}
+        )
 
 
 @dataclass
@@ -461,6 +520,7 @@ class DeltaWriter(DataSourceArrowWriter):
         filesystem = _filesystem(self.table_uri, self.storage_options)
         writer: pq.ParquetWriter | None = None
         rows = 0
+        stats = ColumnStats(self.file_schema)
         try:
             for batch in iterator:
                 if not batch.num_rows:
@@ -469,7 +529,9 @@ class DeltaWriter(DataSourceArrowWriter):
                     writer = pq.ParquetWriter(
                         name, self.file_schema, filesystem=filesystem, compression="snappy"
                     )
-                writer.write_batch(conform_batch(batch, self.file_schema))
+                conformed = conform_batch(batch, self.file_schema)
+                writer.write_batch(conformed)
+                stats.add(conformed)
                 rows += batch.num_rows
             if writer is None:
                 return DeltaCommitMessage()
@@ -482,7 +544,7 @@ class DeltaWriter(DataSourceArrowWriter):
             _delete_files(self.table_uri, self.storage_options, [name], missing_ok=True)
             raise
         now = int(time.time() * 1000)
-        return DeltaCommitMessage([AddedFile(name, int(size), rows, now)])
+        return DeltaCommitMessage([AddedFile(name, int(size), rows, now, stats.to_json())])
 
     # driver commit -----------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -520,7 +582,7 @@ class DeltaWriter(DataSourceArrowWriter):
                 {},
                 f.modification_time,
                 True,
-                json.dumps({"numRecords": f.num_records}),
+                f.stats_json(),
             )
             for f in files
         ]
@@ -622,7 +684,7 @@ def first_commit_local(
                 "size": f.size,
                 "modificationTime": f.modification_time,
                 "dataChange": True,
-                "stats": json.dumps({"numRecords": f.num_records}),
+                "stats": f.stats_json(),
             }
         }
         for f in files
