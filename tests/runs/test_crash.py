@@ -87,11 +87,13 @@ def _readable(out: Path) -> dict[str, int]:
 
 
 def _as_of_seen(spark: SparkSession, out: Path) -> set[int]:
-    """The snapshot moments (``as_of_seq``) the readers see across the tables: one run
-    gives one."""
-    run = storage.run_versions(str(out))
-    seen: set[int] = set()
-    for name in ("pel", "ownership", "delivery_counts", "groups", "streams"):
+    """The snapshot moments (``as_of_seq``) the readers see across the snapshot tables
+    and the run record: one run gives one."""
+    newest = storage.newest_run(spark, str(out))
+    assert newest is not None
+    run = newest["tables"]
+    seen: set[int] = {newest["as_of_seq"]}
+    for name in ("pel", "ownership", "groups", "streams"):
         df = storage.read_output_table(spark, str(out), name, run)
         seen |= {r[0] for r in df.select("as_of_seq").distinct().collect()}
     return seen

@@ -514,7 +514,7 @@ def _rows(spark: Any, path: Path, version: int | None = None) -> list[tuple[Any,
 @pytest.mark.spark
 @pytest.mark.delta_spark
 def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
-    from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
+    from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, SNAPSHOT_TABLES
     from pelengine.synth import generate_events
 
     tables = (*OUTPUT_TABLES, "rejected_events")
@@ -546,7 +546,8 @@ def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
     external_1 = json.loads(first["external"][1])
     assert managed_1["storage"] == "delta-spark" and managed_1["incremental"]["mode"] == "full"
     assert managed_1["input"] == {"path": EVENTS_BY_NAME, "delta_version": 0}
-    assert managed_1["tables"] == dict.fromkeys(tables, 0)
+    # a night's record names its state too
+    assert managed_1["tables"] == dict.fromkeys((*tables, "_state"), 0)
     assert external_1["tables"] == dict.fromkeys(tables, 0)
     state = tmp_path / "warehouse" / "redis_state.db"  # managed: the metastore chose where
     assert {t for t in tables if (state / t / "_delta_log").is_dir()} == set(tables)
@@ -587,7 +588,14 @@ def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
     managed_3 = json.loads(second["managed"][1])
     assert managed_3["incremental"]["mode"] == "incremental"
     assert managed_3["input"]["delta_version"] == 1
-    assert managed_3["tables"] == dict.fromkeys(tables, 1)
+    # the snapshot tables and the state move; a history table only where the night
+    # changed rows (version 2: nothing to change, no commit)
+    written = managed_3["output"]["rows"]
+    assert managed_3["tables"] == {
+        **{t: 1 if t in SNAPSHOT_TABLES or written[t] else 0 for t in tables},
+        "_state": 1,
+    }
+    assert written["ownership_changes"] > 0
     runs = storage.read_table(spark, str(state / "_runs")).orderBy("finished_at").collect()
     assert [r["tables"] for r in runs] == [managed_1["tables"], managed_3["tables"]]
     assert [r["as_of_seq"] for r in runs] == [managed_1["as_of_seq"], managed_3["as_of_seq"]]
