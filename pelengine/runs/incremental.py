@@ -562,7 +562,9 @@ def _write_night(
     steps = [*SNAPSHOT_TABLES, *HISTORY_TABLES, "rejected_events", STATE_TABLE]
     for i, name in enumerate(steps, start=1):
         path = output.table(name)
-        progress(f"writing {name} ({i}/{len(steps)})")
+        progress(
+            "writing the state" if name == STATE_TABLE else f"writing {name} ({i}/{len(steps)})"
+        )
         started = time.monotonic()
         if name in SNAPSHOT_TABLES:
             storage.write_table(
