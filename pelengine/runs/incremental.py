@@ -453,6 +453,7 @@ def run_incremental(
 
     write_started = time.monotonic()
     table_seconds: dict[str, float] = {}
+    rows_rewritten: dict[str, int] = {}
     carried = dict(result.carried)
     run_row = {
         "kind": "run",
@@ -489,6 +490,7 @@ def run_incremental(
             carried.get("renamed") or {},
             progress,
             table_seconds,
+            rows_rewritten,
         )
     else:
         # the tables read the versions they replace pinned (versionAsOf), so writing them
@@ -530,6 +532,8 @@ def run_incremental(
     report.update({k: v for k, v in result.report.items() if k not in ("timings_s",)})
     report["input"] = {"path": events_path, "delta_version": version}
     report["output"] = {**output.describe(), "rows": output_rows}
+    if rows_rewritten:
+        report["output"]["rows_rewritten"] = rows_rewritten
     report["keys"] = output_rows.get("streams", 0)
     count_rejected(report, result.rejected)
     report["incremental"]["high_seq"] = high_seq
@@ -550,6 +554,7 @@ def _write_night(
     renamed: dict[tuple[int, str], str],
     progress: Progress,
     seconds: dict[str, float],
+    rewritten: dict[str, int],
 ) -> dict[str, int]:
     """A night's writes (each one commit, none for a table with nothing to change): the
     snapshot tables whole (``txnAppId``/``txnVersion``: a re-run skips those written);
@@ -557,7 +562,9 @@ def _write_night(
     changed (:func:`carry.changed_rows`); the state rows of the replayed families and the
     run row. A table an interrupted run wrote past the version the last finished run
     names is first put back to that version (``RESTORE``), so every write applies to what
-    the previous run left."""
+    the previous run left. Returns the rows each table got (added or changed);
+    ``rewritten`` gets the rows each merge or append commit wrote, from its metrics (a
+    merge without deletion vectors rewrites every file holding a row it replaces)."""
     rows: dict[str, int] = {}
     steps = [*SNAPSHOT_TABLES, *HISTORY_TABLES, "rejected_events", STATE_TABLE]
     for i, name in enumerate(steps, start=1):
@@ -622,6 +629,12 @@ def _write_night(
             if name != STATE_TABLE:
                 rows[name] = done["inserted"]
             what = f"{done['inserted']:,} rows added or changed, {done['deleted']:,} replaced"
+            if done["inserted"] or done["deleted"]:
+                physical = storage.commit_rows(spark, path)
+                if physical is not None:
+                    rewritten[name] = physical
+                    if physical > done["inserted"]:
+                        what += f" ({physical:,} rows written: files rewritten)"
         took = time.monotonic() - started
         seconds[name] = round(took, 3)
         progress(f"wrote {name}: {what} in {took:.1f} s")

@@ -162,16 +162,18 @@ def commit_rows(spark: SparkSession, path: TableRef, version: int | None = None)
 
 
 def _rows_of_commit(actions: list[dict[str, Any]]) -> int | None:
-    """Rows a commit's actions added: its ``operationMetrics`` (``numOutputRows``; for a
-    merge, the rows inserted, updated and copied), else its added files' ``numRecords``."""
+    """Rows a commit's actions wrote: its ``operationMetrics`` (``numOutputRows``; for a
+    merge, the rows inserted, updated and copied into rewritten files), else its added
+    files' ``numRecords``."""
     import json
 
     for action in actions:
         info = action.get("commitInfo")
         if isinstance(info, dict):
             metrics = info.get("operationMetrics") or {}
-            if metrics.get("numOutputRows") is not None:
-                return int(metrics["numOutputRows"])
+            for name in ("numOutputRows", "num_output_rows"):  # delta-spark, delta-rs
+                if metrics.get(name) is not None:
+                    return int(metrics[name])
     total = 0
     for action in actions:
         add = action.get("add")
