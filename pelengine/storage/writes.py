@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pelengine.storage.choice import EMBEDDED, storage_mode
+from pelengine.storage.choice import EMBEDDED, persist_where_allowed, storage_mode
 from pelengine.storage.errors import concurrent_write_error
 from pelengine.storage.names import Table, TableRef, require_delta_spark
 from pelengine.storage.versions import table_exists
@@ -167,6 +167,19 @@ def replace_rows(
         return _replace_rows_embedded(source, path, columns, match)
     if isinstance(path, Table):
         require_delta_spark(spark, str(path))
+    # computed once for the emptiness check and the merge (it may read the history)
+    cached = persist_where_allowed(source)
+    try:
+        return _merge_delta_spark(cached if cached is not None else source, path, columns, match)
+    finally:
+        if cached is not None:
+            cached.unpersist()
+
+
+def _merge_delta_spark(
+    source: DataFrame, path: TableRef, columns: list[str], match: str
+) -> dict[str, int]:
+    spark = source.sparkSession
     if source.isEmpty():
         return {"inserted": 0, "deleted": 0}
     view = f"_pelengine_merge_{id(source):x}"
