@@ -22,6 +22,7 @@ from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
 from pelengine.model.persist import STATE_SCHEMA
 from pelengine.model.replay import CHANGE_COLUMNS, VERSION_COLUMNS
 from pelengine.model.snapshot import (
+    DELIVERY_COLUMNS,
     GROUP_COLUMNS,
     OWNERSHIP_COLUMNS,
     PEL_COLUMNS,
@@ -119,35 +120,17 @@ _COLUMN_TYPES: dict[str, DataType] = {
 
 # What one pending entry is, in `pel` and in each version of it in `pel_history`.
 
+_AS_OF = ("as_of_ms", "as_of_seq")
 # The delivery_counts row of one entry in one group incarnation, as the engines render it
 # (pelengine.model.snapshot) and as the output table has it, but for the snapshot moment.
-_DELIVERY_COUNTS = (
-    "db",
-    "key",
-    "group",
-    "id",
-    "id_ms",
-    "id_seq",
-    "delivery_count",
-    "deliveries",
-    "owners",
-    "first_delivery_ms",
-    "last_delivery_ms",
-    "status",
-    "closed_ms",
-    "owner_names",
-    "group_created_seq",
-    "changed_seq",
-    "changed_ms",
-)
-_AS_OF = ("as_of_ms", "as_of_seq")
+_DELIVERY_COUNTS = tuple(c for c in DELIVERY_COLUMNS if c not in _AS_OF)
 
 # What the engines emit per table, in the order the model renders it
 # (pelengine.model.snapshot): every table with the snapshot's moment.
 ENGINE_TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "pel": PEL_COLUMNS,
     "ownership": OWNERSHIP_COLUMNS,
-    "delivery_counts": (*_DELIVERY_COUNTS, *_AS_OF),
+    "delivery_counts": DELIVERY_COLUMNS,
     "groups": GROUP_COLUMNS,
     "streams": STREAM_COLUMNS,
     "ownership_changes": (*CHANGE_COLUMNS, *_AS_OF),
@@ -279,17 +262,9 @@ REPLAY_COLUMN_TYPES = StructType(
 OUTCOME_COLUMNS = ("seq", "stat_command", "stat_kind", "stat_error", "stat_count")
 STAT_COLUMNS = ("stat_command", "stat_kind", "stat_error", "stat_count")
 # a family's saved model, emitted at the end of its replay (incremental runs)
-STATE_ROW_COLUMNS = (
-    "db",
-    "family",
-    "applied_seq",
-    "state_version",
-    "state",
-    "agg_n",
-    "agg_x",
-    "mark_n",
-    "mark_x",
-)
+# a family's row of the state table (pelengine.runs.incremental), without its kind
+FAMILY_STATE_COLUMNS = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
+STATE_ROW_COLUMNS = (*FAMILY_STATE_COLUMNS, "mark_n", "mark_x")
 
 
 def _columns_schema(names: tuple[str, ...]) -> StructType:

@@ -46,6 +46,7 @@ from pelengine.pipeline.units import EXEC_UNIT, mark_units, open_units_after
 from pelengine.progress import Progress, quiet
 from pelengine.schemas import (
     EVENTS_SCHEMA,
+    FAMILY_STATE_COLUMNS,
     OUTPUT_TABLES,
     TABLE_COLUMNS,
 )
@@ -234,7 +235,7 @@ def reconstruct(
     incarnations = replayed_table(replayed, "group_incarnations").select(*INCARNATION_COLUMNS)
     states: DataFrame | None = None
     if settings.incremental:
-        state_cols = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
+        state_cols = FAMILY_STATE_COLUMNS
         states = replayed_table(replayed, "state").select(*state_cols, "mark_n", "mark_x")
         if carry is not None:
             assert states_in is not None

@@ -66,7 +66,12 @@ from pelengine.pipeline.conform import InputContractError, conform_events
 from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
 from pelengine.progress import Progress, quiet
 from pelengine.runs.output import count_rejected, finish_report, write_outputs
-from pelengine.schemas import HISTORY_TABLES, SNAPSHOT_TABLES, STATE_TABLE_SCHEMA
+from pelengine.schemas import (
+    FAMILY_STATE_COLUMNS,
+    HISTORY_TABLES,
+    SNAPSHOT_TABLES,
+    STATE_TABLE_SCHEMA,
+)
 from pelengine.settings import Settings
 
 STATE_TABLE = "_state"
@@ -474,7 +479,6 @@ def run_incremental(
         ],
         "delivery_counts_version": None,  # set once delivery_counts is written
     }
-    family_columns = ("db", "family", "applied_seq", "state_version", "state", "agg_n", "agg_x")
     if carry is not None:
         # a night: snapshot tables whole; history tables and the state only what changed
         output_rows = _write_night(
@@ -510,8 +514,8 @@ def run_incremental(
             spark, output.table("delivery_counts")
         )
         run_df = spark.createDataFrame([run_row], STATE_TABLE_SCHEMA)
-        state_df = states.select(F.lit("family").alias("kind"), *family_columns).unionByName(
-            run_df.select("kind", *family_columns, *_RUN_COLUMNS), allowMissingColumns=True
+        state_df = states.select(F.lit("family").alias("kind"), *FAMILY_STATE_COLUMNS).unionByName(
+            run_df.select("kind", *FAMILY_STATE_COLUMNS, *_RUN_COLUMNS), allowMissingColumns=True
         )
         progress("writing the state")
         storage.write_table(
@@ -589,20 +593,11 @@ def _write_night(
                     spark, output.table("delivery_counts")
                 )
                 run_df = spark.createDataFrame([run_row], STATE_TABLE_SCHEMA)
-                family_columns = (
-                    "db",
-                    "family",
-                    "applied_seq",
-                    "state_version",
-                    "state",
-                    "agg_n",
-                    "agg_x",
-                )
                 fresh = (
                     states.filter(F.col("replayed"))
-                    .select(F.lit("family").alias("kind"), *family_columns)
+                    .select(F.lit("family").alias("kind"), *FAMILY_STATE_COLUMNS)
                     .unionByName(
-                        run_df.select("kind", *family_columns, *_RUN_COLUMNS),
+                        run_df.select("kind", *FAMILY_STATE_COLUMNS, *_RUN_COLUMNS),
                         allowMissingColumns=True,
                     )
                     .select(*(f.name for f in STATE_TABLE_SCHEMA.fields))

@@ -261,6 +261,31 @@ def test_one_entry_delivered_again_in_every_way() -> None:
 # ---- incremental: segments restarted between runs, merged with the earlier rows ----------
 
 
+def _one_run(
+    model: Replayer, steps: list[Any], rows: list[Row]
+) -> tuple[Replayer, list[Row], dict[str, list[Row]]]:
+    """One ``--incremental`` run over ``steps`` continuing the rows ``rows`` of the runs
+    before: the merged ``delivery_counts`` rows, the run's snapshot, and the model as the
+    next run loads it (open segments restarted, saved as plain data and loaded)."""
+    segments: list[Row] = []
+    incarnations: list[Row] = []
+    for seq, ts, argv, db, client in steps:
+        model.apply(seq, ts, argv, db, client)
+        segments += model.drain_delivery_segments()
+        incarnations += model.drain_group_incarnations()
+    last = steps[-1]
+    snap = snapshot_tables(model, last[1], last[0])
+    rows = merge_delivery_segments(
+        [prior_segment(row) for row in rows] + segments + snap["delivery_segments"],
+        incarnations + snap["group_incarnations"],
+        {"as_of_ms": last[1], "as_of_seq": last[0]},
+    )
+    model.restart_open_records()
+    model.drain_changes()  # output, not state (not looked at here): drained before saving
+    model.drain_pel_history()
+    return load(json.loads(json.dumps(dump(model)))), rows, snap
+
+
 @pytest.mark.parametrize("seed", [5, 6])
 def test_runs_continuing_a_saved_model_merge_to_the_full_rows(seed: int) -> None:
     """Like ``--incremental`` nights: each run ends with a snapshot, the model restarts its
@@ -273,25 +298,8 @@ def test_runs_continuing_a_saved_model_merge_to_the_full_rows(seed: int) -> None
     rows: list[Row] = []
     start = 0
     for cut in cuts:
-        segments: list[Row] = []
-        incarnations: list[Row] = []
-        for seq, ts, argv, db, client in steps[start:cut]:
-            model.apply(seq, ts, argv, db, client)
-            segments += model.drain_delivery_segments()
-            incarnations += model.drain_group_incarnations()
+        model, rows, _ = _one_run(model, steps[start:cut], rows)
         start = cut
-        last = steps[cut - 1]
-        snap = snapshot_tables(model, last[1], last[0])
-        prior = [prior_segment(row) for row in rows]
-        rows = merge_delivery_segments(
-            prior + segments + snap["delivery_segments"],
-            incarnations + snap["group_incarnations"],
-            {"as_of_ms": last[1], "as_of_seq": last[0]},
-        )
-        model.restart_open_records()
-        model.drain_changes()  # output, not state (not looked at here): drained before saving
-        model.drain_pel_history()
-        model = load(json.loads(json.dumps(dump(model))))
     assert _sorted(rows) == _full("7.0", steps)
 
 
@@ -385,26 +393,10 @@ def test_a_reloaded_model_continues_the_stamps() -> None:
     start = 0
     open_stamps: dict[int, dict[str, Any]] = {}
     for cut in (5, 7, 8, 10):
-        segments: list[Row] = []
-        incarnations: list[Row] = []
-        for seq, ts, argv, db, client in steps[start:cut]:
-            model.apply(seq, ts, argv, db, client)
-            segments += model.drain_delivery_segments()
-            incarnations += model.drain_group_incarnations()
+        model, rows, snap = _one_run(model, steps[start:cut], rows)
         start = cut
-        last = steps[cut - 1]
-        snap = snapshot_tables(model, last[1], last[0])
         open_stamps[cut] = {s["id"]: s["changed_seq"] for s in snap["delivery_segments"]}
-        rows = merge_delivery_segments(
-            [prior_segment(row) for row in rows] + segments + snap["delivery_segments"],
-            incarnations + snap["group_incarnations"],
-            {"as_of_ms": last[1], "as_of_seq": last[0]},
-        )
         assert _sorted(rows) == _full("7.0", steps[:cut]), f"cut at {cut}"
-        model.restart_open_records()
-        model.drain_changes()
-        model.drain_pel_history()
-        model = load(json.loads(json.dumps(dump(model))))
     assert open_stamps == {
         5: {"1-0": 5, "2-0": 4},
         7: {"1-0": None},  # 2-0 acked in this run (a closed segment); 1-0 untouched
