@@ -157,6 +157,12 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 STATE_TABLES = ("pel", "ownership", "delivery_counts", "groups", "streams")
 OUTPUT_TABLES = (*STATE_TABLES, "ownership_changes", "pel_history")
+#: Where incremental runs keep each family's replay state (a table of the output root).
+STATE_TABLE = "_state"
+#: The tables a night merges rows into (replacing the rows new commands changed): on
+#: delta-spark they get deletion vectors (Settings.deletion_vectors), so that a merge marks
+#: the rows it replaces instead of rewriting every file holding one.
+MERGED_TABLES = ("delivery_counts", "pel_history", STATE_TABLE)
 
 # Outcome rows: how many commands of a kind a replay applied, ignored or failed.
 STAT_FIELDS = (

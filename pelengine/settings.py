@@ -170,6 +170,9 @@ class Settings:
     # the replay engine: auto (native when importable), native, python (see
     # pelengine.engine.native; resolved once per run by the pipeline)
     engine: str = conf_field("reconstruct", "engine")
+    # delta-spark: the tables nights merge into get deletion vectors (see
+    # pelengine.storage.write_table)
+    deletion_vectors: bool = conf_field("reconstruct", "deletion_vectors")
 
     def __post_init__(self) -> None:
         try:
@@ -180,6 +183,10 @@ class Settings:
         object.__setattr__(self, "_resolved", resolved)
         _at_least(self, node_max_entries=0, node_max_bytes=0, split_groups=0)
         _at_least(self, optional=True, as_of_ms=0, as_of_seq=0, txn_version=0, partitions=1)
+        if not isinstance(self.deletion_vectors, bool):
+            raise SettingsError(
+                f"{{deletion_vectors}} must be true or false, got {_shown(self.deletion_vectors)}"
+            )
         if self.engine not in ENGINES:
             raise SettingsError(
                 f"{{engine}}: {_shown(self.engine)} is not one of {', '.join(ENGINES)}"

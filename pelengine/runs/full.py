@@ -14,6 +14,7 @@ from pelengine.pipeline.conform import InputContractError
 from pelengine.pipeline.reconstruct import reconstruct
 from pelengine.progress import Progress, quiet
 from pelengine.runs.output import count_rejected, finish_report, write_outputs
+from pelengine.schemas import OUTPUT_TABLES, STATE_TABLE
 from pelengine.settings import Settings
 
 
@@ -35,6 +36,10 @@ def run_reconstruct(
     output = storage.check_output(spark, out_path)
     events_ref = storage.table_ref(events_path)
     storage.check_input(spark, events_ref)
+    # the embedded store cannot continue tables delta-spark gave deletion vectors
+    storage.check_embedded_writes(
+        spark, [output.table(name) for name in (*OUTPUT_TABLES, "rejected_events", STATE_TABLE)]
+    )
     # one writer per output: a second run fails here, naming the first (storage.lease)
     with storage.run_lease(output.root, "reconstruct" + (" --incremental" * settings.incremental)):
         if settings.incremental:
@@ -74,6 +79,7 @@ def _run_full(
         txn_version=settings.txn_version,
         progress=progress,
         overwrite_schema=upgrade,
+        deletion_vectors=settings.deletion_vectors,
     )
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
     count_rejected(report, result.rejected)

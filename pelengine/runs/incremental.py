@@ -70,11 +70,11 @@ from pelengine.schemas import (
     FAMILY_STATE_COLUMNS,
     HISTORY_TABLES,
     SNAPSHOT_TABLES,
+    STATE_TABLE,
     STATE_TABLE_SCHEMA,
 )
 from pelengine.settings import Settings
 
-STATE_TABLE = "_state"
 TXN_APP_ID = "pelengine-incremental"
 
 
@@ -508,6 +508,7 @@ def run_incremental(
             progress=progress,
             seconds=table_seconds,
             overwrite_schema=upgrade,
+            deletion_vectors=settings.deletion_vectors,
         )
         state_started = time.monotonic()
         run_row["delivery_counts_version"] = storage.table_version(
@@ -525,6 +526,7 @@ def run_incremental(
             txn_app_id=TXN_APP_ID,
             txn_version=version,
             overwrite_schema=True,
+            deletion_vectors=settings.deletion_vectors,
         )
         table_seconds["_state"] = round(time.monotonic() - state_started, 3)
     report["timings_s"] = {

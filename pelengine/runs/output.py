@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pelengine import storage
 from pelengine.pipeline.conform import REASON_VALUE
 from pelengine.progress import Progress, quiet
-from pelengine.schemas import OUTPUT_TABLES
+from pelengine.schemas import MERGED_TABLES, OUTPUT_TABLES
 from pelengine.settings import Settings
 
 
@@ -27,10 +27,12 @@ def write_outputs(
     progress: Progress = quiet,
     seconds: dict[str, float] | None = None,
     overwrite_schema: bool = False,
+    deletion_vectors: bool = False,
 ) -> dict[str, int]:
     """Write each (name, DataFrame) as ``out_path/name`` (overwrite, one commit each, with
     the txn options; ``overwrite_schema``: replacing the tables' schemas, when rewriting
-    an output of an earlier contract version), or by name for an :class:`storage.Output`
+    an output of an earlier contract version; ``deletion_vectors``: the tables nights
+    merge into get them, on delta-spark), or by name for an :class:`storage.Output`
     of catalog tables; returns each table's rows as written, from each commit's own
     metrics (nothing is read again), and puts each table's seconds in ``seconds``.
 
@@ -49,6 +51,7 @@ def write_outputs(
             txn_app_id=txn_app_id,
             txn_version=txn_version,
             overwrite_schema=overwrite_schema,
+            deletion_vectors=deletion_vectors and name in MERGED_TABLES,
         )
         counted = storage.commit_rows(spark, path)
         rows[name] = counted if counted is not None else storage.table_row_count(spark, path)

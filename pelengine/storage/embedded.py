@@ -205,6 +205,23 @@ def _filesystem(table_uri: str, storage_options: dict[str, str] | None) -> Any:
     return pa_fs.PyFileSystem(DeltaStorageHandler(table_uri, storage_options))
 
 
+def written_with_deletion_vectors(table: DeltaTable) -> bool:
+    """Whether the table's protocol has deletion vectors (which delta-rs cannot write)."""
+    protocol = table.protocol()
+    return "deletionVectors" in set(protocol.writer_features or []) | set(
+        protocol.reader_features or []
+    )
+
+
+def deletion_vectors_refusal(table_uri: str) -> str:
+    """Why the embedded store does not write the table at ``table_uri``: one sentence."""
+    return (
+        f"Delta table at {table_uri} has deletion vectors (delta-spark created it with "
+        "reconstruct.deletion_vectors on, or Databricks did), which the embedded store "
+        "(delta-rs) cannot write: continue this output with delta-spark, or write a new one"
+    )
+
+
 def table_reader_features(table: DeltaTable) -> set[str]:
     """Reader features the table's protocol declares (columnMapping also via its config)."""
     protocol = table.protocol()
@@ -479,6 +496,8 @@ class DeltaWriter(DataSourceArrowWriter):
 
     def _check_target(self, table: DeltaTable) -> str | None:
         """Refuse targets this writer cannot write; return the schema files must follow."""
+        if written_with_deletion_vectors(table):
+            raise DeltaStorageError(deletion_vectors_refusal(self.table_uri))
         metadata = table.metadata()
         if metadata.partition_columns:
             raise DeltaStorageError(

@@ -35,6 +35,11 @@ _DELTA_CONFLICT_CLASS = re.compile(
 )
 
 
+class StoreCannotWriteError(ValueError):
+    """The store this run uses cannot write a table of the output (the embedded store and a
+    table with deletion vectors): refused before any work, in one sentence."""
+
+
 class ConcurrentWriteError(RuntimeError):
     """Delta Lake refused a commit of this run: another writer committed to the same table
     since this run's write began (two runs on one output without a lease: catalog tables

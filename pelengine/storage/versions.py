@@ -164,9 +164,11 @@ def commit_rows(spark: SparkSession, path: TableRef, version: int | None = None)
 def _rows_of_commit(actions: list[dict[str, Any]]) -> int | None:
     """Rows a commit's actions wrote: its ``operationMetrics`` (``numOutputRows``; for a
     merge, the rows inserted, updated and copied into rewritten files), else its added
-    files' ``numRecords``."""
+    files' ``numRecords`` (but a file added back with a deletion vector, which marks
+    rows of a file already there and writes none)."""
     import json
 
+    removed = {a["remove"].get("path") for a in actions if isinstance(a.get("remove"), dict)}
     for action in actions:
         info = action.get("commitInfo")
         if isinstance(info, dict):
@@ -177,7 +179,7 @@ def _rows_of_commit(actions: list[dict[str, Any]]) -> int | None:
     total = 0
     for action in actions:
         add = action.get("add")
-        if not isinstance(add, dict):
+        if not isinstance(add, dict) or (add.get("deletionVector") and add.get("path") in removed):
             continue
         try:
             n = json.loads(add.get("stats") or "{}").get("numRecords")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pelengine.storage.choice import EMBEDDED, persist_where_allowed, storage_mode
-from pelengine.storage.errors import concurrent_write_error
+from pelengine.storage.errors import StoreCannotWriteError, concurrent_write_error
 from pelengine.storage.names import Table, TableRef, require_delta_spark
 from pelengine.storage.versions import table_exists
 
@@ -35,6 +35,7 @@ def write_table(
     txn_app_id: str | None = None,
     txn_version: int | None = None,
     overwrite_schema: bool = False,
+    deletion_vectors: bool = False,
 ) -> None:
     """Write ``df`` as the Delta table at ``path`` (one commit).
 
@@ -44,6 +45,11 @@ def write_table(
     A :class:`Table` is written by name with ``saveAsTable`` (delta-spark only; external at
     its ``location`` when it has one, managed otherwise). A commit Delta Lake refuses because
     another writer committed to the table meanwhile raises :class:`ConcurrentWriteError`.
+
+    ``deletion_vectors`` (delta-spark): the table has deletion vectors on
+    (``delta.enableDeletionVectors``), so that a later merge or delete marks the rows it
+    removes instead of rewriting their files: set when the write creates the table, else by
+    one ``ALTER TABLE`` before it. The embedded store cannot write such tables and ignores it.
     """
     save_mode = _SAVE_MODES.get(mode.lower())
     if save_mode is None:
@@ -55,6 +61,31 @@ def write_table(
         options.update(txnAppId=txn_app_id, txnVersion=str(txn_version))
     if overwrite_schema:
         options["overwriteSchema"] = "true"
+    spark = df.sparkSession
+    if deletion_vectors and storage_mode(spark) != EMBEDDED:
+        if table_exists(spark, path):
+            # before the write, so that the write stays the table's newest commit
+            _ensure_deletion_vectors(spark, path)
+        else:
+            options.update(DELETION_VECTORS)
+    _write_table(df, path, save_mode, options)
+
+
+#: The table property that turns deletion vectors on (delta-spark; delta-rs cannot write it).
+DELETION_VECTORS = {"delta.enableDeletionVectors": "true"}
+
+
+def _ensure_deletion_vectors(spark: SparkSession, path: TableRef) -> None:
+    """``ALTER TABLE`` the table at ``path`` to deletion vectors unless it has them."""
+    detail = spark.sql(f"DESCRIBE DETAIL {_target_sql(path)}").select("properties").first()
+    properties = (detail["properties"] if detail is not None else None) or {}
+    if all(properties.get(k) == v for k, v in DELETION_VECTORS.items()):
+        return
+    assignments = ", ".join(f"'{k}' = '{v}'" for k, v in DELETION_VECTORS.items())
+    spark.sql(f"ALTER TABLE {_target_sql(path)} SET TBLPROPERTIES ({assignments})").collect()
+
+
+def _write_table(df: DataFrame, path: TableRef, save_mode: str, options: dict[str, str]) -> None:
     spark = df.sparkSession
     if isinstance(path, Table):
         require_delta_spark(spark, str(path))
@@ -108,6 +139,27 @@ def _embedded_preflight_skips(
     from pelengine.storage.embedded import DeltaWriter, normalize_table_uri
 
     return DeltaWriter(normalize_table_uri(path), df.schema, overwrite, options).skip
+
+
+def check_embedded_writes(spark: SparkSession, paths: list[TableRef]) -> None:
+    """On the embedded store, refuse before any work the tables among ``paths`` it cannot
+    write (deletion vectors: :func:`~pelengine.storage.embedded.deletion_vectors_refusal`)."""
+    if storage_mode(spark) != EMBEDDED:
+        return
+    from pelengine.storage.embedded import (
+        deletion_vectors_refusal,
+        normalize_table_uri,
+        open_table,
+        written_with_deletion_vectors,
+    )
+
+    for path in paths:
+        if not isinstance(path, str):
+            continue
+        uri = normalize_table_uri(path)
+        table = open_table(uri)
+        if table is not None and written_with_deletion_vectors(table):
+            raise StoreCannotWriteError(deletion_vectors_refusal(uri))
 
 
 def _quoted(name: str) -> str:

@@ -69,3 +69,42 @@ def test_a_root_written_by_one_store_is_continued_by_the_other(
     ]
     run_reconstruct(spark, str(events), str(full))  # delta-spark, in this process
     assert_tables_equal(spark, out, full)
+
+
+def test_deletion_vectors_keep_a_root_to_delta_spark(spark: SparkSession, tmp_path: Path) -> None:
+    """delta-spark gives the tables nights merge into deletion vectors (the default), which
+    delta-rs cannot write: an embedded night on that root is refused in one sentence before
+    any work, and leaves it as it was; with ``deletion_vectors`` off the embedded store
+    continues it."""
+    rows = list(generate_events(600, 4, seed=43))
+    events = tmp_path / "events"
+    storage.write_table(spark.createDataFrame(rows[:400], EVENTS_SCHEMA), str(events), "overwrite")
+    kept, shared = tmp_path / "kept", tmp_path / "shared"
+    run_reconstruct(spark, str(events), str(kept), Settings(incremental=True))
+    run_reconstruct(
+        spark, str(events), str(shared), Settings(incremental=True, deletion_vectors=False)
+    )
+    for name in ("delivery_counts", "pel_history", "_state"):
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{kept / name}`").first()
+        assert detail["properties"].get("delta.enableDeletionVectors") == "true", name
+        assert "deletionVectors" in detail["tableFeatures"], name
+    plain = spark.sql(f"DESCRIBE DETAIL delta.`{shared / 'delivery_counts'}`").first()
+    assert "deletionVectors" not in plain["tableFeatures"]
+    storage.write_table(spark.createDataFrame(rows[400:], EVENTS_SCHEMA), str(events), "append")
+
+    before = storage.newest_run(spark, str(kept))
+    cli = str(Path(sys.executable).with_name("pelengine"))
+    env = {**os.environ, "PELENGINE_STORE": "embedded", "PYSPARK_PYTHON": sys.executable}
+    argv = [cli, "reconstruct", "--incremental", "--events", str(events), "--out", str(kept)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "has deletion vectors" in done.stderr and "continue this output with delta-spark" in (
+        done.stderr
+    ), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert storage.newest_run(spark, str(kept)) == before
+
+    report = _night("embedded", events, shared)
+    assert report["incremental"]["mode"] == "incremental"
+    run_reconstruct(spark, str(events), str(tmp_path / "full"))
+    assert_tables_equal(spark, shared, tmp_path / "full")
