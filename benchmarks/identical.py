@@ -138,9 +138,11 @@ def write_logs(out: Path) -> None:
 
 
 def table_digest(path: Path) -> dict[str, Any]:
+    import pyarrow as pa
     from deltalake import DeltaTable
 
-    table = DeltaTable(str(path)).to_pyarrow_table()
+    # delta-rs' own scan: it honours deletion vectors (delta-spark's merged tables)
+    table = pa.table(DeltaTable(str(path)).scan())
     table = table.drop_columns([c for c in VOLATILE_COLUMNS if c in table.column_names])
     lines = sorted(
         json.dumps(_canonical(row), sort_keys=True, default=_plain) for row in table.to_pylist()

@@ -30,7 +30,6 @@ from typing import Any
 
 import pyspark
 import pytest
-from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from pelengine import storage
@@ -40,6 +39,7 @@ from pelengine.schemas import OUTPUT_TABLES
 from pelengine.settings import Settings
 from pelengine.storage.jars import DELTA_CATALOG, DELTA_EXTENSION
 from tests.conftest import STORE
+from tests.delta_rs import delta_rs_table
 from tests.processes import free_port, group_alive, start_wheel_build, stop_group, tail
 
 # on delta-spark (--jars) in make test's first pass, on the embedded store in its second
@@ -320,7 +320,7 @@ def test_spark_submit_on_a_standalone_cluster_equals_local_mode(
     assert any((d / py_files.name).exists() for d in app_dirs), "the .zip was not shipped"
     for name in (*OUTPUT_TABLES, "rejected_events"):
         want = expected[name]
-        got = DeltaTable(os.path.join(out, name)).to_pyarrow_table().select(want.column_names)
+        got = delta_rs_table(os.path.join(out, name)).select(want.column_names)
         assert got.num_rows == want.num_rows, name
         assert _rows(got) == _rows(want), f"{name}: the cluster run differs from local mode"
     lap("compare")

@@ -33,6 +33,7 @@ from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.settings import Settings
 from pelengine.storage import write_table
 from pelengine.synth import generate_events
+from tests.delta_rs import delta_rs_table
 from tests.runs.test_incremental import TABLES, _with_blocking, assert_tables_equal
 
 # on both stores: make test runs it on delta-spark, then on the embedded store
@@ -77,12 +78,9 @@ def _kill_when(argv: list[str], marker: str) -> tuple[int, list[str]]:
 
 def _readable(out: Path) -> dict[str, int]:
     """Every table opens and reads at its latest version (delta-rs, not our reader)."""
-    import deltalake
-
     rows = {}
     for name in TABLES:
-        table = deltalake.DeltaTable(str(out / name))
-        rows[name] = table.to_pyarrow_table().num_rows
+        rows[name] = delta_rs_table(out / name).num_rows
     return rows
 
 

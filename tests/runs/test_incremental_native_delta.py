@@ -33,6 +33,7 @@ from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
 from pelengine.settings import Settings
 from pelengine.storage import deltalog
+from tests.delta_rs import delta_rs_table
 from tests.runs.test_incremental_log import _workload
 
 pytestmark = [pytest.mark.spark, pytest.mark.delta_spark]
@@ -129,9 +130,7 @@ def _rows(table: Any) -> list[str]:
 
 
 def _delta_rs_rows(path: Path) -> list[str]:
-    from deltalake import DeltaTable
-
-    return _rows(DeltaTable(str(path)).to_pyarrow_table())
+    return _rows(delta_rs_table(path))
 
 
 # --------------------------------------------------------------------------- first nights
