@@ -496,8 +496,6 @@ class DeltaWriter(DataSourceArrowWriter):
 
     def _check_target(self, table: DeltaTable) -> str | None:
         """Refuse targets this writer cannot write; return the schema files must follow."""
-        if written_with_deletion_vectors(table):
-            raise DeltaStorageError(deletion_vectors_refusal(self.table_uri))
         metadata = table.metadata()
         if metadata.partition_columns:
             raise DeltaStorageError(
@@ -509,6 +507,10 @@ class DeltaWriter(DataSourceArrowWriter):
                 f"Delta table at {self.table_uri} uses column mapping; the embedded delta-rs "
                 "writer cannot write it. Run with delta-spark."
             )
+        if self.overwrite and written_with_deletion_vectors(table):
+            # its remove actions would not name the files' deletion vectors (an append
+            # adds files beside them and stays as it was)
+            raise DeltaStorageError(deletion_vectors_refusal(self.table_uri))
         table_json = table.schema().to_json()
         if self.overwrite and self.overwrite_schema:
             return None  # the data's schema replaces the table's
