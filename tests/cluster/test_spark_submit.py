@@ -43,7 +43,14 @@ from tests.delta_rs import delta_rs_table
 from tests.processes import free_port, group_alive, start_wheel_build, stop_group, tail
 
 # on delta-spark (--jars) in make test's first pass, on the embedded store in its second
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.stores]
+# the cluster recipe ships delta-spark's jars (--jars): its embedded repeat only with
+# PELENGINE_TEST_HEAVY=1
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.spark,
+    pytest.mark.stores,
+    pytest.mark.heavy("embedded"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 SPARK_HOME = Path(pyspark.__file__).parent

@@ -13,8 +13,10 @@ from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.storage import write_table
 from tests.runs.test_incremental_log import _night, _workload
 
-# on both stores: make test runs it on delta-spark, then on the embedded store
-pytestmark = [pytest.mark.spark, pytest.mark.stores]
+# on both stores: make test runs it on the embedded store; on delta-spark only with
+# PELENGINE_TEST_HEAVY=1, where test_incremental_native_delta's OPTIMIZE and VACUUM cases,
+# made with Delta's own SQL, cover it
+pytestmark = [pytest.mark.spark, pytest.mark.stores, pytest.mark.heavy("delta-spark")]
 
 
 def test_a_compacted_table_is_not_changed_history(spark: SparkSession, tmp_path: Path) -> None:

@@ -19,8 +19,10 @@ from pelengine.storage import table_version, write_table
 from pelengine.synth import generate_events
 from tests.runs.test_incremental import assert_tables_equal
 
-# on both stores: make test runs it on delta-spark, then on the embedded store
-pytestmark = [pytest.mark.spark, pytest.mark.stores]
+# on both stores: make test runs it on the embedded store; on delta-spark only with
+# PELENGINE_TEST_HEAVY=1, where test_incremental_native_delta's appends, DELETE and
+# late-rows cases, made with Delta's own SQL, cover it
+pytestmark = [pytest.mark.spark, pytest.mark.stores, pytest.mark.heavy("delta-spark")]
 
 
 def _workload(n: int, seed: int) -> list[dict[str, Any]]:

@@ -25,7 +25,9 @@ from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA, HISTORY_TABLES, OUTPUT_TABLES
 from pelengine.settings import Settings
 
-pytestmark = [pytest.mark.spark, pytest.mark.stores]
+# both stores; the embedded repeat (whose nights the property tests of test_incremental also
+# run there) only with PELENGINE_TEST_HEAVY=1
+pytestmark = [pytest.mark.spark, pytest.mark.stores, pytest.mark.heavy("embedded")]
 
 HISTORY = (*HISTORY_TABLES, "rejected_events")
 
