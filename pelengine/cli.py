@@ -66,6 +66,13 @@ COMMANDS: dict[str, Command] = {
     "ingest-aof": ingest.cmd_ingest_aof,
     "ingest-rdb": ingest.cmd_ingest_rdb,
 }
+#: the commands that run without a session where :func:`sessionless_reason` allows it
+SESSIONLESS: dict[str, Callable[[SparkSession | None, argparse.Namespace, Config, Progress], int]]
+SESSIONLESS = {
+    "ingest-monitor": ingest.cmd_ingest_monitor,
+    "ingest-aof": ingest.cmd_ingest_aof,
+    "ingest-rdb": ingest.cmd_ingest_rdb,
+}
 
 
 def progress_to_stderr(message: str) -> None:
@@ -95,7 +102,7 @@ def run(
     try:
         conf = load_config(args.conf)
         check(args, conf)  # everything that needs no Spark, before any Spark work
-        from pelengine.session import connect_url
+        from pelengine.session import connect_url, sessionless_reason
 
         connect_url(conf)  # a bad or ambiguous Spark Connect URL is a usage error
     except (UsageError, ConfigError) as exc:
@@ -106,6 +113,11 @@ def run(
     own_session = spark is None
     try:
         with reporter:
+            if spark is None and args.command in SESSIONLESS:
+                why = sessionless_reason(conf, _written_paths(args))
+                if why is not None:
+                    reporter(why)
+                    return SESSIONLESS[args.command](None, args, conf, reporter)
             if spark is None:
                 from pelengine.session import build_session
 
@@ -133,6 +145,11 @@ def run(
             from pelengine.session import stop_session
 
             stop_session(spark)
+
+
+def _written_paths(args: argparse.Namespace) -> list[str | None]:
+    """The tables a command writes, as given (events, and an ingest state table)."""
+    return [getattr(args, "events", None), getattr(args, "state", None)]
 
 
 def _expected(exc: BaseException) -> bool:

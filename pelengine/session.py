@@ -50,6 +50,36 @@ def connect_url(conf: Config) -> str | None:
     return url
 
 
+#: Spark confs that can put Delta on the classpath themselves: the session decides
+_CLASSPATH_CONFS = ("spark.jars", "spark.jars.packages")
+
+
+def sessionless_reason(conf: Config, paths: list[str | None]) -> str | None:
+    """Why a command that only writes the tables at ``paths`` needs no Spark session (no
+    JVM): the store is the embedded one (asked for, or no delta-spark jars) and every
+    path is a path, not a catalog name; None when it needs one (Databricks, Spark Connect,
+    spark-submit, a catalog table, delta-spark, Delta's jars in the configuration's own
+    ``spark.conf``, or a store choice the session must refuse in its own words)."""
+    from pelengine.storage import Table, table_ref
+    from pelengine.storage.jars import EXTENSIONS_CONF, StoreChoiceError, session_conf
+
+    if on_databricks() or launched_by_spark_submit() or connect_url(conf) is not None:
+        return None
+    if any(conf.spark.conf.get(key) for key in _CLASSPATH_CONFS):
+        return None
+    if any(isinstance(table_ref(p), Table) for p in paths if p):
+        return None
+    try:
+        choice = session_conf(
+            conf.storage.store, conf.storage.delta_jars, conf.spark.conf.get(EXTENSIONS_CONF)
+        )
+    except StoreChoiceError:
+        return None
+    if choice.conf:
+        return None
+    return f"storage embedded ({choice.why}): no Spark session is needed to append the rows"
+
+
 def display_url(url: str) -> str:
     """``url`` without its parameters (``/;token=...``: never printed)."""
     return url.split(";", 1)[0].rstrip("/") if ";" in url else url

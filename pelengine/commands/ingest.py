@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def cmd_ingest_monitor(
-    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+    spark: SparkSession | None, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Parse a MONITOR capture and write its commands to the events table."""
     from pelengine.ingest.aof import AofFormatError
@@ -57,7 +57,7 @@ def cmd_ingest_monitor(
 
 
 def cmd_ingest_aof(
-    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+    spark: SparkSession | None, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Append what is new in an AOF to the events table (at most once)."""
     from pelengine.ingest.aof import AofFormatError
@@ -76,7 +76,7 @@ def cmd_ingest_aof(
 
 
 def cmd_ingest_rdb(
-    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+    spark: SparkSession | None, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Write the state of an RDB snapshot to the events table (PELENGINE.LOAD rows)."""
     from pelengine.ingest.rdb import RdbFormatError

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
 
 EVENTS_ARROW_SCHEMA = pa.schema(
     [
@@ -46,8 +47,18 @@ def rows_to_batches(
         yield pa.RecordBatch.from_pydict(cols, schema=EVENTS_ARROW_SCHEMA)
 
 
-def next_seq(spark: SparkSession, events_path: str) -> int | None:
-    """One past the largest ``seq`` of the events table; None when there is no table."""
+def next_seq(spark: SparkSession | None, events_path: str) -> int | None:
+    """One past the largest ``seq`` of the events table; None when there is no table.
+    ``spark`` None: read without a session (:mod:`pelengine.storage.sessionless`)."""
+    if spark is None:
+        import pyarrow.compute as pc
+
+        from pelengine.storage import sessionless
+
+        if not sessionless.table_exists(events_path):
+            return None
+        top = pc.max(sessionless.read_arrow(events_path, ["seq"]).column("seq")).as_py()
+        return 1 if top is None else int(top) + 1
     from pyspark.sql import functions as F
 
     from pelengine.storage import read_table, table_exists
@@ -56,3 +67,31 @@ def next_seq(spark: SparkSession, events_path: str) -> int | None:
         return None
     top = read_table(spark, events_path).agg(F.max("seq").alias("m")).collect()[0]["m"]
     return 1 if top is None else int(top) + 1
+
+
+def table_exists_with(spark: SparkSession | None, path: str) -> bool:
+    """Whether a Delta table exists at ``path``, through ``spark`` or, None, without a
+    session."""
+    from pelengine import storage
+
+    if spark is None:
+        return storage.sessionless.table_exists(path)
+    return storage.table_exists(spark, path)
+
+
+def write_arrow_with(
+    spark: SparkSession | None,
+    rows: pa.Table,
+    path: str,
+    schema: StructType,
+    mode: str,
+) -> None:
+    """Write the Arrow ``rows`` (``schema``: the table's Spark schema) as the Delta table
+    at ``path`` in one commit: through ``spark`` (its store), or, None, with the embedded
+    store's writer and no session."""
+    from pelengine import storage
+
+    if spark is None:
+        storage.sessionless.write_arrow(rows, path, schema, mode)
+    else:
+        storage.write_table(spark.createDataFrame(rows, schema=schema), path, mode=mode)

@@ -51,21 +51,64 @@ def default_state_path(events_path: str) -> str:
     return events_path.rstrip("/") + "/" + STATE_DIR
 
 
-def _latest_state(spark: SparkSession, state_path: str) -> tuple[int, AofState | None]:
-    from pyspark.sql import functions as F
+def _latest_state(spark: SparkSession | None, state_path: str) -> tuple[int, AofState | None]:
+    from pelengine.runs.events import table_exists_with
 
-    from pelengine.storage import read_table, table_exists
-
-    if not table_exists(spark, state_path):
+    if not table_exists_with(spark, state_path):
         return 0, None
-    rows = read_table(spark, state_path).orderBy(F.col("run").desc()).limit(1).collect()
+    if spark is None:
+        from pelengine.storage import sessionless
+
+        runs = sessionless.read_arrow(state_path, ["run", "state"]).to_pylist()
+        rows = sorted(runs, key=lambda r: r["run"], reverse=True)[:1]
+    else:
+        from pyspark.sql import functions as F
+
+        from pelengine.storage import read_table
+
+        rows = read_table(spark, state_path).orderBy(F.col("run").desc()).limit(1).collect()
     if not rows:
         return 0, None
     return int(rows[0]["run"]), AofState.from_json(rows[0]["state"])
 
 
+def _seqs_so_far(
+    spark: SparkSession | None, events_path: str, next_seq: int | None
+) -> tuple[int | None, int]:
+    """The events table's largest seq, and how many AOF rows a run that died before
+    recording its offsets already appended (at or after the recorded ``next_seq``): one
+    pass."""
+    if spark is None:
+        import pyarrow.compute as pc
+
+        from pelengine.storage import sessionless
+
+        events = sessionless.read_arrow(events_path, ["seq", "source"])
+        top = pc.max(events.column("seq")).as_py()
+        if next_seq is None or "source" not in events.column_names:
+            return top, 0
+        mine = pc.and_(
+            pc.greater_equal(events.column("seq"), next_seq),
+            pc.equal(events.column("source"), "aof"),
+        )
+        return top, int(pc.sum(pc.cast(pc.fill_null(mine, False), "int64")).as_py() or 0)
+    from pyspark.sql import functions as F
+
+    from pelengine.storage import read_table
+
+    df = read_table(spark, events_path)
+    has_source = "source" in df.columns
+    df = df.select("seq", "source" if has_source else F.lit(None).alias("source"))
+    mine = (F.col("seq") >= F.lit(next_seq)) & (F.col("source") == "aof")
+    found = df.agg(
+        F.max("seq").alias("max_seq"),
+        F.sum(F.when(mine, 1).otherwise(0)).alias("already"),
+    ).collect()[0]
+    return found["max_seq"], int(found["already"] or 0) if next_seq is not None else 0
+
+
 def ingest_aof(
-    spark: SparkSession,
+    spark: SparkSession | None,
     source: str,
     events_path: str,
     progress: Callable[[str], None] = quiet,
@@ -73,32 +116,25 @@ def ingest_aof(
     state_path: str | None = None,
     ceiling_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Append what is new in the AOF at ``source`` to the events table; return a report."""
-    from pyspark.sql import functions as F
+    """Append what is new in the AOF at ``source`` to the events table; return a report.
+    ``spark`` None: without a Spark session, on the embedded store
+    (:mod:`pelengine.storage.sessionless`)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
+    from pelengine.runs.events import table_exists_with, write_arrow_with
     from pelengine.schemas import EVENTS_SCHEMA
-    from pelengine.storage import read_table, table_exists, write_table
+    from pelengine.storage import EMBEDDED, storage_mode
 
     t0 = time.perf_counter()
     state_path = state_path or default_state_path(events_path)
     last_run, state = _latest_state(spark, state_path)
-    events_exist = table_exists(spark, events_path)
+    events_exist = table_exists_with(spark, events_path)
     max_seq: int | None = None
     already = 0
     if events_exist:
-        # one pass: the largest seq, and the AOF rows a run that died before recording
-        # its offsets already appended (at or after the recorded next_seq)
-        events = read_table(spark, events_path)
-        has_source = "source" in events.columns
-        events = events.select("seq", "source" if has_source else F.lit(None).alias("source"))
-        next_seq = state.next_seq if state is not None else None
-        mine = (F.col("seq") >= F.lit(next_seq)) & (F.col("source") == "aof")
-        found = events.agg(
-            F.max("seq").alias("max_seq"),
-            F.sum(F.when(mine, 1).otherwise(0)).alias("already"),
-        ).collect()[0]
-        max_seq = found["max_seq"]
-        already = int(found["already"] or 0) if next_seq is not None else 0
+        max_seq, already = _seqs_so_far(
+            spark, events_path, state.next_seq if state is not None else None
+        )
     progress(f"reading {source}" + (f" from run {last_run}'s offsets" if state else ""))
     now_ms = int(time.time() * 1000) if ceiling_ms is None else ceiling_ms
     read = read_aof(source, state, ceiling_ms=now_ms)
@@ -113,8 +149,8 @@ def ingest_aof(
     if rows:
         progress(f"appending {len(rows):,} events to {events_path}")
         table = pa.Table.from_batches(list(rows_to_batches(rows)), schema=EVENTS_ARROW_SCHEMA)
-        df = spark.createDataFrame(table, schema=EVENTS_SCHEMA)
-        write_table(df, events_path, mode="append" if events_exist else "errorifexists")
+        mode = "append" if events_exist else "errorifexists"
+        write_arrow_with(spark, table, events_path, EVENTS_SCHEMA, mode)
     changed = state is None or read.state.to_json() != state.to_json()
     run = last_run + 1 if changed else last_run
     if changed:
@@ -128,8 +164,13 @@ def ingest_aof(
             "ingested_at_ms": int(time.time() * 1000),
             "notes": "\n".join(read.notes) or None,
         }
-        sdf = spark.createDataFrame(pa.Table.from_pylist([record], schema=STATE_ARROW_SCHEMA))
-        write_table(sdf, state_path, mode="append" if last_run else "errorifexists")
+        write_arrow_with(
+            spark,
+            pa.Table.from_pylist([record], schema=STATE_ARROW_SCHEMA),
+            state_path,
+            from_arrow_schema(STATE_ARROW_SCHEMA),
+            "append" if last_run else "errorifexists",
+        )
     elapsed = time.perf_counter() - t0
     return {
         "source": source,
@@ -142,6 +183,8 @@ def ingest_aof(
         "last_seq": rows[-1]["seq"] if rows else None,
         "files": [asdict(f) for f in read.files],
         "notes": read.notes,
+        "storage": storage_mode(spark) if spark is not None else EMBEDDED,
+        "spark_session": spark is not None,
         "read_s": round(t_read, 3),
         "duration_s": round(elapsed, 3),
     }

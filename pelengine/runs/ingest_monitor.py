@@ -67,8 +67,21 @@ def capture_arrow_table(
     return pa.Table.from_batches(batches, schema=EVENTS_ARROW_SCHEMA), pins
 
 
-def _rows_in_order(spark: SparkSession, events_path: str) -> Iterator[dict[str, Any]]:
+def _rows_in_order(spark: SparkSession | None, events_path: str) -> Iterator[dict[str, Any]]:
     """The events table's rows in ``seq`` order (the columns a replay reads)."""
+    if spark is None:
+        import pyarrow.compute as pc
+
+        from pelengine.storage import sessionless
+
+        table = sessionless.read_arrow(events_path, ["seq", "ts_ms", "argv", "db", "client"])
+        kept = pc.and_(
+            pc.and_(pc.is_valid(table.column("seq")), pc.is_valid(table.column("ts_ms"))),
+            pc.is_valid(table.column("argv")),
+        )
+        table = table.filter(kept).sort_by("seq")
+        yield from table.select(["seq", "ts_ms", "argv", "db", "client"]).to_pylist()
+        return
     from pelengine.storage import read_table
 
     df = read_table(spark, events_path).select("seq", "ts_ms", "argv", "db", "client")
@@ -81,7 +94,7 @@ def _rows_in_order(spark: SparkSession, events_path: str) -> Iterator[dict[str, 
 
 
 def ingest_monitor(
-    spark: SparkSession,
+    spark: SparkSession | None,
     capture_path: str,
     events_path: str,
     *,
@@ -94,10 +107,11 @@ def ingest_monitor(
 
     Without ``overwrite`` an existing table is appended to (``seq`` continues after
     its maximum); a missing table is created. ``ids_from_aof``: see
-    :func:`capture_arrow_table`.
+    :func:`capture_arrow_table`. ``spark`` None: without a Spark session, on the embedded
+    store (:mod:`pelengine.storage.sessionless`).
     """
+    from pelengine.runs.events import write_arrow_with
     from pelengine.schemas import EVENTS_SCHEMA
-    from pelengine.storage import write_table
 
     start = None if overwrite else next_seq(spark, events_path)
     appended = start is not None
@@ -116,8 +130,9 @@ def ingest_monitor(
     if pins is not None:
         progress(pins.describe())
     progress(f"{stats.describe()}; writing {n:,} events to {events_path}")
-    df = spark.createDataFrame(table, schema=EVENTS_SCHEMA)
-    write_table(df, events_path, mode="append" if appended else "overwrite")
+    write_arrow_with(
+        spark, table, events_path, EVENTS_SCHEMA, "append" if appended else "overwrite"
+    )
     return IngestResult(
         rows=n,
         first_seq=first if n else None,

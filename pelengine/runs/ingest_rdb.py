@@ -42,7 +42,7 @@ def _report(
 
 
 def ingest_rdb(
-    spark: SparkSession,
+    spark: SparkSession | None,
     rdb_path: str,
     events_path: str,
     *,
@@ -53,11 +53,12 @@ def ingest_rdb(
     rows (:mod:`pelengine.ingest.rdb.starting_state`): the starting state of a replay, followed
     by whatever is appended after it (a MONITOR capture or an application log recorded
     after the snapshot). Read and checked whole before anything is written: a corrupt
-    or truncated file raises :class:`pelengine.ingest.rdb.RdbFormatError`."""
+    or truncated file raises :class:`pelengine.ingest.rdb.RdbFormatError`. ``spark`` None:
+    without a Spark session, on the embedded store (:mod:`pelengine.storage.sessionless`)."""
     from pelengine.ingest.rdb import read_rdb
     from pelengine.ingest.rdb.starting_state import load_rows
+    from pelengine.runs.events import write_arrow_with
     from pelengine.schemas import EVENTS_SCHEMA
-    from pelengine.storage import write_table
 
     progress(f"reading {rdb_path}")
     rdb = read_rdb(rdb_path, keep_values=False)
@@ -66,6 +67,6 @@ def ingest_rdb(
     report = _report(rdb, rows, source=rdb_path, events=events_path, appended=start is not None)
     progress(f"writing {len(rows):,} load rows to {events_path}")
     table = pa.Table.from_batches(list(rows_to_batches(iter(rows))), schema=EVENTS_ARROW_SCHEMA)
-    df = spark.createDataFrame(table, schema=EVENTS_SCHEMA)
-    write_table(df, events_path, mode="append" if start is not None else "overwrite")
+    mode = "append" if start is not None else "overwrite"
+    write_arrow_with(spark, table, events_path, EVENTS_SCHEMA, mode)
     return report

@@ -21,6 +21,7 @@ package re-exports their public names.
 
 from __future__ import annotations
 
+from pelengine.storage import sessionless
 from pelengine.storage.changes import (
     TableChanges,
     expected_rows,
@@ -170,6 +171,7 @@ __all__ = [
     "require_delta_spark",
     "run_lease",
     "run_versions",
+    "sessionless",
     "storage_mode",
     "storage_reason",
     "table_changes",
