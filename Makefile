@@ -52,7 +52,7 @@ NATIVE_FAILED := { echo "make: the native build failed (above): fix it, or build
 DEVELOP_NATIVE := VIRTUAL_ENV=$(abspath $(VENV)) $(MATURIN) develop --release --manifest-path native/py/Cargo.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help install jars native run notebook test test-native lint typecheck bench bench-incremental bench-hot bench-groups bench-udf dist clean
+.PHONY: help install jars native run notebook test test-native lint typecheck bench bench-incremental bench-ingest bench-hot bench-groups bench-udf dist clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
@@ -142,6 +142,9 @@ bench: install ## job vs floor vs engine vs Redis, one run (10M events; BENCH_AR
 
 bench-incremental: install ## time an incremental night (1% new) against a full recomputation (5M events; BENCH_ARGS="--events N")
 	$(BIN)/python benchmarks/incremental_night.py $(BENCH_ARGS)
+
+bench-ingest: install ## ingest-aof of a 10 MB AOF on the embedded store (no Spark session) and on delta-spark (BENCH_ARGS="--mb N")
+	$(BIN)/python benchmarks/ingest_aof.py $(BENCH_ARGS)
 
 bench-hot: install ## Python worker RSS of one hot stream (20M events; BENCH_ARGS="--events 1M" or "--series 1M,5M,20M")
 	$(BIN)/python benchmarks/hot_stream.py $(BENCH_ARGS)
