@@ -34,6 +34,17 @@ def quiet(_: str) -> None:
     return None
 
 
+def spark_jobs_so_far(spark: SparkSession) -> int | None:
+    """How many Spark jobs the session's ``SparkContext`` has started (its next job id):
+    over a run, the jobs the run cost (one action can be several jobs: a stage per
+    shuffle under adaptive execution, Delta's own). None where there is no
+    ``SparkContext`` (Spark Connect)."""
+    try:
+        return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
+    except Exception:
+        return None
+
+
 def format_duration(seconds: float) -> str:
     """``4.2s``, ``3m05s``, ``1h02m``."""
     if seconds < 60:

@@ -64,7 +64,7 @@ from pelengine.model.persist import STATE_SCHEMA_VERSION
 from pelengine.pipeline.carry import HISTORY_KEYS, PEL_HISTORY_REPLACES, Carry, changed_rows
 from pelengine.pipeline.conform import InputContractError, conform_events
 from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
-from pelengine.progress import Progress, quiet
+from pelengine.progress import Progress, quiet, spark_jobs_so_far
 from pelengine.runs.output import count_rejected, finish_report, write_outputs
 from pelengine.schemas import (
     FAMILY_STATE_COLUMNS,
@@ -339,6 +339,7 @@ def run_incremental(
 ) -> dict[str, Any]:
     """One nightly run (see the module docstring); returns the run report."""
     started = time.time()
+    jobs = spark_jobs_so_far(spark)
     output = storage.check_output(spark, out_path)
     events_ref = storage.table_ref(events_path)
     storage.check_input(spark, events_ref)
@@ -375,7 +376,7 @@ def run_incremental(
     if saved is not None and saved.events_version == version:
         progress(f"state is already at events version {version}: nothing to do")
         report["incremental"]["mode"] = "up-to-date"
-        return _finish(report, output, settings, spark, started, written=False)
+        return _finish(report, output, settings, spark, (started, jobs), written=False)
 
     events: DataFrame | None = None  # the whole table, read only when it is needed
     new_rows: DataFrame | None = None  # the rows added since the state (incremental mode)
@@ -544,7 +545,7 @@ def run_incremental(
     count_rejected(report, result.rejected)
     report["incremental"]["high_seq"] = high_seq
     result.unpersist()
-    return _finish(report, output, settings, spark, started, written=True, replace=upgrade)
+    return _finish(report, output, settings, spark, (started, jobs), written=True, replace=upgrade)
 
 
 def _write_night(
@@ -708,7 +709,7 @@ def _finish(
     output: storage.Output,
     settings: Settings,
     spark: SparkSession,
-    started: float,
+    started: tuple[float, int | None],
     *,
     written: bool,
     replace: bool = False,
@@ -718,7 +719,8 @@ def _finish(
         spark,
         output,
         settings,
-        started,
+        started[0],
+        jobs_at_start=started[1],
         written=written,
         record=written,
         extra_tables=(STATE_TABLE,),

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from pelengine import storage
 from pelengine.pipeline.conform import REASON_VALUE
-from pelengine.progress import Progress, quiet
+from pelengine.progress import Progress, quiet, spark_jobs_so_far
 from pelengine.schemas import MERGED_TABLES, OUTPUT_TABLES
 from pelengine.settings import Settings
 
@@ -125,6 +125,7 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(
         f"took {report.get('duration_s', '?')} s"
         + (" (" + ", ".join(f"{k} {v}" for k, v in timings.items()) + ")" if timings else "")
+        + (f", {report['spark_jobs']} Spark jobs" if report.get("spark_jobs") is not None else "")
     )
     return "\n".join(lines)
 
@@ -146,6 +147,7 @@ def finish_report(
     settings: Settings,
     started: float,
     *,
+    jobs_at_start: int | None = None,
     written: bool | None = None,
     record: bool = True,
     extra_tables: tuple[str, ...] = (),
@@ -155,7 +157,9 @@ def finish_report(
     ``<root>/_run_report.json`` for people and, as the run's last write, append its row to
     the output's ``_runs`` (``record``; ``replace``: replacing the ``_runs`` of an output of
     an earlier contract version); the same for every run. ``extra_tables``: tables besides
-    the output tables whose versions the row names (a night's state)."""
+    the output tables whose versions the row names (a night's state); ``jobs_at_start``:
+    :func:`~pelengine.progress.spark_jobs_so_far` when the run began (the report's
+    ``spark_jobs``: the jobs up to this record)."""
     # the run's last word: each table's version, which readers read (storage.run_versions)
     tables = {}
     for name in (*OUTPUT_TABLES, "rejected_events", *extra_tables):
@@ -170,6 +174,9 @@ def finish_report(
     report.setdefault("run_id", str(uuid.uuid4()))
     report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     report["duration_s"] = round(time.time() - started, 3)
+    jobs_now = spark_jobs_so_far(spark) if jobs_at_start is not None else None
+    if jobs_at_start is not None and jobs_now is not None:
+        report["spark_jobs"] = jobs_now - jobs_at_start
     if written is not None:
         report["written"] = written
     storage.write_run_report(output, report)
