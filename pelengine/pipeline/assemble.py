@@ -86,82 +86,163 @@ def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> Dat
     return out.select(*TABLE_COLUMNS["delivery_counts"])
 
 
-def starting_state(routed: DataFrame) -> list[dict[str, Any]]:
-    """Where the replay's starting state came from: the snapshot rows (``PELENGINE.LOAD``,
-    written by ``ingest-rdb`` or ``ingest-aof`` from an RDB) per source; empty: none, the
-    log starts from an empty server."""
-    loads = (
-        routed.filter(F.col("command") == LOAD_COMMAND)
-        .groupBy("source")
-        .agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.min("seq").alias("first_seq"),
-            F.max("seq").alias("last_seq"),
-            F.min("ts_ms").alias("snapshot_ms"),
-        )
-        .orderBy("first_seq")
+def report_facts(routed: DataFrame, replayed: DataFrame, report: dict[str, Any]) -> None:
+    """The report's outcome counts (:func:`_count_outcomes`) and its ``starting_state``
+    (:func:`_starting_state`), from one Spark action: the four small aggregates they read,
+    unioned under a ``part`` column and collected together."""
+    parts = [
+        _aggregate_part("pre", _pre_outcomes(routed)),
+        _aggregate_part("stats", _replay_stats(replayed)),
+        _aggregate_part("outcome", _fan_out_outcomes(routed, replayed)),
+        _aggregate_part("load", _loads(routed)),
+    ]
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    rows: dict[str, list[Any]] = {"pre": [], "stats": [], "outcome": [], "load": []}
+    for row in union.collect():
+        rows[row["part"]].append(row)
+    _count_outcomes(rows["pre"], rows["stats"], rows["outcome"], report)
+    report["starting_state"] = _starting_state(rows["load"])
+
+
+#: the columns every part of :func:`report_facts`'s union has (null where a part has none)
+_FACT_COLUMNS = {
+    "command": "string",
+    "kind": "string",
+    "error": "string",
+    "n": "long",
+    "source": "string",
+    "first_seq": "long",
+    "last_seq": "long",
+    "snapshot_ms": "long",
+}
+
+
+def _aggregate_part(name: str, df: DataFrame) -> DataFrame:
+    return df.select(
+        F.lit(name).alias("part"),
+        *(
+            (F.col(c) if c in df.columns else F.lit(None)).cast(t).alias(c)
+            for c, t in _FACT_COLUMNS.items()
+        ),
     )
-    return [row.asDict() for row in loads.collect()]
 
 
-def count_outcomes(routed: DataFrame, replayed: DataFrame, report: dict[str, Any]) -> None:
-    """Fill the report's applied / ignored / failed counts from the routed and replayed rows."""
-    events = report["events"]
-    by_kind: dict[str, int] = {"applied": 0, "ignored": 0, "error": 0}
-    errors: dict[str, int] = {}
-    by_command: dict[str, int] = {}
-    notes: dict[str, int] = {}
-    for row in (
+def _pre_outcomes(routed: DataFrame) -> DataFrame:
+    """Events that reach no stream, by the outcome they have on their own."""
+    return (
         routed.filter(F.col("scope") == "none")
-        .groupBy("command", "pre_kind", "pre_error")
-        .count()
-        .collect()
-    ):
-        by_kind[row["pre_kind"]] = by_kind.get(row["pre_kind"], 0) + row["count"]
-        by_command[row["command"]] = by_command.get(row["command"], 0) + row["count"]
-        if row["pre_error"]:
-            errors[row["pre_error"]] = errors.get(row["pre_error"], 0) + row["count"]
-    stats = (
+        .groupBy(
+            F.col("command"), F.col("pre_kind").alias("kind"), F.col("pre_error").alias("error")
+        )
+        .agg(F.count(F.lit(1)).alias("n"))
+    )
+
+
+def _replay_stats(replayed: DataFrame) -> DataFrame:
+    """The replay's counters (commands seen, outcomes, notes), summed."""
+    return (
         replayed_table(replayed, "stats")
-        .groupBy("stat_command", "stat_kind", "stat_error")
+        .groupBy(
+            F.col("stat_command").alias("command"),
+            F.col("stat_kind").alias("kind"),
+            F.col("stat_error").alias("error"),
+        )
         .agg(F.sum("stat_count").alias("n"))
     )
-    for row in stats.collect():
-        kind, n = row["stat_kind"], int(row["n"])
-        if kind == "seen":
-            by_command[row["stat_command"]] = by_command.get(row["stat_command"], 0) + n
-        elif kind == "note":
-            notes[row["stat_error"]] = notes.get(row["stat_error"], 0) + n
-        else:
-            by_kind[kind] = by_kind.get(kind, 0) + n
-            if kind == "error":
-                errors[row["stat_error"]] = errors.get(row["stat_error"], 0) + n
-    # A fan-out event is counted once: an error anywhere wins, then applied, then ignored.
+
+
+def _fan_out_outcomes(routed: DataFrame, replayed: DataFrame) -> DataFrame:
+    """Events replayed by several families, each counted once: an error anywhere wins,
+    then applied, then ignored. FLUSHDB/FLUSHALL rows also carry the outcome they have
+    alone (a db with no stream: ignored), so that a flush reaching no family is still
+    counted once."""
     rank = F.when(F.col("stat_kind") == "error", 3).when(F.col("stat_kind") == "applied", 2)
-    # FLUSHDB/FLUSHALL rows also carry the outcome they have alone (a db with no
-    # stream: ignored), so that a flush reaching no family is still counted once.
     alone = routed.filter(F.col("scope").isin("db", "all")).select(
         "seq",
         F.col("command").alias("stat_command"),
         F.col("pre_kind").alias("stat_kind"),
         F.col("pre_error").alias("stat_error"),
     )
-    outcomes = (
+    return (
         replayed_table(replayed, "outcome")
         .select("seq", "stat_command", "stat_kind", "stat_error")
         .unionByName(alone)
         .withColumn("_rank", F.coalesce(rank, F.lit(1)))
         .groupBy("seq")
         .agg(F.max_by(F.struct("stat_command", "stat_kind", "stat_error"), "_rank").alias("o"))
-        .groupBy("o.stat_command", "o.stat_kind", "o.stat_error")
-        .count()
+        .groupBy(
+            F.col("o.stat_command").alias("command"),
+            F.col("o.stat_kind").alias("kind"),
+            F.col("o.stat_error").alias("error"),
+        )
+        .agg(F.count(F.lit(1)).alias("n"))
     )
-    for row in outcomes.collect():
-        kind, n = row["stat_kind"], row["count"]
+
+
+def _loads(routed: DataFrame) -> DataFrame:
+    """The snapshot rows (``PELENGINE.LOAD``) per source."""
+    return (
+        routed.filter(F.col("command") == LOAD_COMMAND)
+        .groupBy("source")
+        .agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min("seq").alias("first_seq"),
+            F.max("seq").alias("last_seq"),
+            F.min("ts_ms").alias("snapshot_ms"),
+        )
+    )
+
+
+def _starting_state(loads: list[Any]) -> list[dict[str, Any]]:
+    """Where the replay's starting state came from: the snapshot rows (``PELENGINE.LOAD``,
+    written by ``ingest-rdb`` or ``ingest-aof`` from an RDB) per source, in seq order;
+    empty: none, the log starts from an empty server."""
+    return [
+        {
+            "source": r["source"],
+            "rows": int(r["n"]),
+            "first_seq": r["first_seq"],
+            "last_seq": r["last_seq"],
+            "snapshot_ms": r["snapshot_ms"],
+        }
+        for r in sorted(loads, key=lambda r: r["first_seq"])
+    ]
+
+
+def _count_outcomes(
+    pre: list[Any], stats: list[Any], outcomes: list[Any], report: dict[str, Any]
+) -> None:
+    """Fill the report's applied / ignored / failed counts from the parts of
+    :func:`report_facts`."""
+    events = report["events"]
+    by_kind: dict[str, int] = {"applied": 0, "ignored": 0, "error": 0}
+    errors: dict[str, int] = {}
+    by_command: dict[str, int] = {}
+    notes: dict[str, int] = {}
+    for row in pre:
+        n = int(row["n"])
+        by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + n
+        by_command[row["command"]] = by_command.get(row["command"], 0) + n
+        if row["error"]:
+            errors[row["error"]] = errors.get(row["error"], 0) + n
+    for row in stats:
+        kind, n = row["kind"], int(row["n"])
+        if kind == "seen":
+            by_command[row["command"]] = by_command.get(row["command"], 0) + n
+        elif kind == "note":
+            notes[row["error"]] = notes.get(row["error"], 0) + n
+        else:
+            by_kind[kind] = by_kind.get(kind, 0) + n
+            if kind == "error":
+                errors[row["error"]] = errors.get(row["error"], 0) + n
+    for row in outcomes:
+        kind, n = row["kind"], int(row["n"])
         by_kind[kind] = by_kind.get(kind, 0) + n
-        by_command[row["stat_command"]] = by_command.get(row["stat_command"], 0) + n
+        by_command[row["command"]] = by_command.get(row["command"], 0) + n
         if kind == "error":
-            errors[row["stat_error"]] = errors.get(row["stat_error"], 0) + n
+            errors[row["error"]] = errors.get(row["error"], 0) + n
     events["applied"] = by_kind.get("applied", 0)
     events["ignored"] = by_kind.get("ignored", 0)
     events["failed"] = by_kind.get("error", 0)

@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 
 from pelengine.engine.native import resolve_engine
 from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
-from pelengine.pipeline.assemble import count_outcomes, merge_delivery_segments, starting_state
+from pelengine.pipeline.assemble import merge_delivery_segments, report_facts
 from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename_families
 from pelengine.pipeline.conform import (
     conform_events,
@@ -286,8 +286,7 @@ def reconstruct(
         states=states,
         carried=carried,
     )
-    count_outcomes(routed, replayed, report)
-    report["starting_state"] = starting_state(routed)
+    report_facts(routed, replayed, report)
     ev = report["events"]
     lap(
         "replay",
