@@ -159,6 +159,7 @@ def test_write_modes_without_a_session(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.stores  # both stores' session paths (make test)
 def test_the_session_path_writes_the_same_rows(spark: Any, tmp_path: Path) -> None:
     """The same files ingested through this run's Spark session (either store) and without
     one give the same rows."""
