@@ -215,26 +215,32 @@ def test_cli_ingest_aof(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert cli.run(["ingest-aof", str(tmp_path / "nope"), "--events", str(events)]) == 2
 
 
-@pytest.mark.spark
-def test_interrupted_run_is_not_appended_twice(spark: Any, tmp_path: Path) -> None:
-    """The events append committed, the state row did not: the next run skips what is there."""
+def interrupted_run(session: Any, tmp_path: Path) -> dict[str, Any]:
+    """The events append committed, the state row did not (a run on a copy of the state
+    table stands for it): the next run must skip what is there. Returns its report;
+    the events table must hold each command once."""
     import shutil
 
     from pelengine.runs.ingest_aof import ingest_aof
-    from pelengine.storage import read_table
+    from tests.delta_rs import delta_rs_table
 
     events, state, doomed = tmp_path / "events", tmp_path / "state", tmp_path / "doomed"
     aof = tmp_path / "appendonly.aof"
     aof.write_bytes(resp("XADD", "s", "1-0", "f", "v"))
-    assert ingest_aof(spark, str(aof), str(events), state_path=str(state))["appended"] == 1
+    assert ingest_aof(session, str(aof), str(events), state_path=str(state))["appended"] == 1
     with open(aof, "ab") as fh:
         fh.write(resp("XADD", "s", "2-0", "f", "v") + resp("XADD", "s", "3-0", "f", "v"))
-    # a run whose state row is lost: it works on a copy of the state table
     shutil.copytree(state, doomed)
-    assert ingest_aof(spark, str(aof), str(events), state_path=str(doomed))["appended"] == 2
+    assert ingest_aof(session, str(aof), str(events), state_path=str(doomed))["appended"] == 2
     with open(aof, "ab") as fh:
         fh.write(resp("XADD", "s", "4-0", "f", "v"))
-    report = ingest_aof(spark, str(aof), str(events), state_path=str(state))
+    report = ingest_aof(session, str(aof), str(events), state_path=str(state))
     assert (report["recovered"], report["appended"]) == (2, 1)
-    rows = sorted((r["seq"], r["argv"][2]) for r in read_table(spark, str(events)).collect())
+    rows = sorted((r["seq"], r["argv"][2]) for r in delta_rs_table(events).to_pylist())
     assert rows == [(1, "1-0"), (2, "2-0"), (3, "3-0"), (4, "4-0")]
+    return report
+
+
+@pytest.mark.spark
+def test_interrupted_run_is_not_appended_twice(spark: Any, tmp_path: Path) -> None:
+    assert interrupted_run(spark, tmp_path)["spark_session"] is True

@@ -19,7 +19,7 @@ import pytest
 from pelengine.runs.ingest_aof import ingest_aof
 from pelengine.storage import sessionless
 from tests.delta_rs import delta_rs_table
-from tests.ingest.test_ingest_aof import resp
+from tests.ingest.test_ingest_aof import interrupted_run, resp
 from tests.ingest.test_ingest_monitor import _capture, line
 from tests.ingest.test_rdb import one_stream_file
 
@@ -115,27 +115,8 @@ def test_a_catalog_table_still_asks_for_a_session(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_run_is_not_appended_twice_without_a_session(tmp_path: Path) -> None:
-    """The events append committed, the state row did not (a copy of the state table
-    stands for the lost one): the next run skips what is there."""
-    events, state, doomed = tmp_path / "events", tmp_path / "state", tmp_path / "doomed"
-    aof = tmp_path / "appendonly.aof"
-    aof.write_bytes(resp("XADD", "s", "1-0", "f", "v"))
-    assert ingest_aof(None, str(aof), str(events), state_path=str(state))["appended"] == 1
-    with open(aof, "ab") as fh:
-        fh.write(resp("XADD", "s", "2-0", "f", "v") + resp("XADD", "s", "3-0", "f", "v"))
-    shutil.copytree(state, doomed)
-    assert ingest_aof(None, str(aof), str(events), state_path=str(doomed))["appended"] == 2
-    with open(aof, "ab") as fh:
-        fh.write(resp("XADD", "s", "4-0", "f", "v"))
-    report = ingest_aof(None, str(aof), str(events), state_path=str(state))
-    assert (report["recovered"], report["appended"]) == (2, 1)
+    report = interrupted_run(None, tmp_path)
     assert (report["storage"], report["spark_session"]) == ("embedded", False)
-    assert [(r["seq"], r["argv"][2]) for r in _rows(events)] == [
-        (1, "1-0"),
-        (2, "2-0"),
-        (3, "3-0"),
-        (4, "4-0"),
-    ]
 
 
 def test_write_modes_without_a_session(tmp_path: Path) -> None:
