@@ -50,22 +50,24 @@ def connect_url(conf: Config) -> str | None:
     return url
 
 
-#: Spark confs that can put Delta on the classpath themselves: the session decides
-_CLASSPATH_CONFS = ("spark.jars", "spark.jars.packages")
+#: the Spark conf that can put Delta on the classpath itself (local jars; the
+#: configuration refuses spark.jars.packages, a download at session start): the session
+#: decides
+_CLASSPATH_CONF = "spark.jars"
 
 
 def sessionless_reason(conf: Config, paths: list[str | None]) -> str | None:
     """Why a command that only writes the tables at ``paths`` needs no Spark session (no
     JVM): the store is the embedded one (asked for, or no delta-spark jars) and every
     path is a path, not a catalog name; None when it needs one (Databricks, Spark Connect,
-    spark-submit, a catalog table, delta-spark, Delta's jars in the configuration's own
-    ``spark.conf``, or a store choice the session must refuse in its own words)."""
+    spark-submit, a catalog table, delta-spark, jars in the configuration's own
+    ``spark.jars``, or a store choice the session must refuse in its own words)."""
     from pelengine.storage import Table, table_ref
     from pelengine.storage.jars import EXTENSIONS_CONF, StoreChoiceError, session_conf
 
     if on_databricks() or launched_by_spark_submit() or connect_url(conf) is not None:
         return None
-    if any(conf.spark.conf.get(key) for key in _CLASSPATH_CONFS):
+    if conf.spark.conf.get(_CLASSPATH_CONF):
         return None
     if any(isinstance(table_ref(p), Table) for p in paths if p):
         return None

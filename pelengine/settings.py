@@ -291,7 +291,19 @@ class SparkConfig:
         if not isinstance(self.conf, Mapping):
             raise SettingsError(f"{{conf}} must be a mapping, got {_shown(self.conf)}")
         text = {str(k): _conf_value(v) for k, v in self.conf.items() if v is not None}
+        if DOWNLOAD_AT_START in text:
+            raise SettingsError(
+                f"{{conf}} sets {DOWNLOAD_AT_START}, which downloads jars each time a session "
+                "starts: parallel JVMs race on its cache and every run needs the network. "
+                "Fetch them once instead (`make jars` puts delta-spark's in jars/lib, which "
+                "pelengine's sessions get as spark.jars) and list any other jar by its local "
+                "path in spark.jars"
+            )
         object.__setattr__(self, "conf", text)
+
+
+#: the Spark conf that resolves Maven coordinates and downloads them when a session starts
+DOWNLOAD_AT_START = "spark.jars.packages"
 
 
 def _conf_value(value: Any) -> str:

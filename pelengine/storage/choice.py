@@ -140,10 +140,10 @@ CONNECT_NEEDS_DELTA_SPARK = (
     "offered over Spark Connect (its reads, writes and commits would run in the server's "
     "Python processes, which this client can neither provide nor check). Start the server "
     "with Delta Lake: spark-submit --class "
-    "org.apache.spark.sql.connect.service.SparkConnectServer --jars <delta-spark's jars: "
-    "$(cat jars/lib/classpath) after `make install`, or --packages "
+    "org.apache.spark.sql.connect.service.SparkConnectServer --jars <delta-spark's jars "
+    "("
     + DELTA_PACKAGE
-    + ") "
+    + " and what it needs), fetched once: $(cat jars/lib/classpath) after `make jars`> "
     + DELTA_CONFS
     + "; or run without Spark Connect (unset SPARK_REMOTE and spark.remote)"
 )

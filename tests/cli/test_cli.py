@@ -365,6 +365,26 @@ def test_null_or_empty_in_a_file_means_not_given(tmp_path: Path) -> None:
     assert load_config([over]).spark.conf == {}
 
 
+def test_a_download_at_session_start_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """spark.jars.packages would resolve and download jars each time a session starts
+    (parallel JVMs race on its cache; a run needs the network): refused before any Spark,
+    naming the key and the install step; local jars in spark.jars stay allowed."""
+    over = tmp_path / "over.yaml"
+    over.write_text("spark: {conf: {spark.jars.packages: 'io.delta:delta-spark_2.13:4.0.0'}}\n")
+    with pytest.raises(ConfigError, match=r"'spark\.conf' sets spark\.jars\.packages.*make jars"):
+        load_config([over])
+    events = str(tmp_path / "events")
+    argv = ["reconstruct", "--events", events, "--out", "o", "--conf", str(over)]
+    assert run_cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "spark.jars.packages, which downloads jars each time a session starts" in err
+    assert not (tmp_path / "events").exists()
+    over.write_text("spark: {conf: {spark.jars: /opt/jars/extra.jar}}\n")
+    assert load_config([over]).spark.conf["spark.jars"] == "/opt/jars/extra.jar"
+
+
 def test_the_packaged_file_and_the_fields_cannot_drift(monkeypatch: pytest.MonkeyPatch) -> None:
     """A key of defaults.yaml no field reads fails (at import: here, called again)."""
     from pelengine import settings
