@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pelengine.model.delivery import PRIOR_SEGMENT_N, SEGMENT_COLUMNS
+from pelengine.model.delivery import (
+    INCARNATION_IDENTITY,
+    PRIOR_SEGMENT_N,
+    SEGMENT_COLUMNS,
+    SEGMENT_IDENTITY,
+)
 from pelengine.schemas import SNAPSHOT_TABLES
 
 
@@ -38,11 +43,34 @@ def rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> D
 
 
 def prior_segments(
-    old: DataFrame, family_of: dict[tuple[int, str], str], replayed: DataFrame
+    old: DataFrame,
+    family_of: dict[tuple[int, str], str],
+    replayed: DataFrame,
+    segments: DataFrame,
+    incarnations: DataFrame,
+    high_seq: int,
 ) -> DataFrame:
-    """The previous ``delivery_counts`` rows of the families this run replays, as
-    segments that come before any of this run's."""
-    rows = _family_column(old, family_of).join(replayed, ["db", "family"], "left_semi")
+    """The previous ``delivery_counts`` rows this run can change, as segments that come
+    before any of this run's: the rows of the families it replays whose entry has one of
+    this run's ``segments``, or whose group incarnation a RENAME of this run moved.
+
+    Any other previous row would merge alone into itself (its ``changed_seq`` at most
+    ``high_seq``): :func:`changed_rows` would drop it, so it is not read past the scan.
+    The history is not aggregated again: only the entries this run touched are."""
+    touched = segments.select(*SEGMENT_IDENTITY).distinct().withColumn("_touched", F.lit(True))
+    moved = (
+        incarnations.filter(F.col("moved_seq") > F.lit(high_seq))
+        .select(*INCARNATION_IDENTITY)
+        .distinct()
+        .withColumn("_moved", F.lit(True))
+    )
+    rows = (
+        _family_column(old, family_of)
+        .join(replayed, ["db", "family"], "left_semi")
+        .join(touched, list(SEGMENT_IDENTITY), "left")
+        .join(F.broadcast(moved), list(INCARNATION_IDENTITY), "left")
+        .filter(F.col("_touched") | F.col("_moved"))
+    )
     return rows.select(
         *(c for c in SEGMENT_COLUMNS if c != "segment_n"),
         F.lit(PRIOR_SEGMENT_N).cast("long").alias("segment_n"),

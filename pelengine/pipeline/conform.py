@@ -315,11 +315,15 @@ def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     return split_tagged(retag_shared(tagged) or tagged)
 
 
-def selects_without_db(valid: DataFrame) -> bool:
-    """Whether some SELECT row has no ``db``: only then do rows take their db from the
+def select_without_db() -> Column:
+    """True on a SELECT row without ``db``: where one is, rows take their db from the
     SELECTs before them (a window over the whole log in seq order)."""
-    is_select = F.upper(F.get(F.col("argv"), 0)) == "SELECT"
-    return valid.filter(is_select & F.col("db").isNull()).limit(1).count() > 0
+    return (F.upper(F.get(F.col("argv"), 0)) == "SELECT") & F.col("db").isNull()
+
+
+def selects_without_db(valid: DataFrame) -> bool:
+    """Whether some row of ``valid`` is a :func:`select_without_db`."""
+    return valid.filter(select_without_db()).limit(1).count() > 0
 
 
 def resolve_db(

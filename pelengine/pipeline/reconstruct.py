@@ -29,20 +29,25 @@ from pelengine.pipeline.conform import (
     last_select_db,
     resolve_db,
     retag_shared,
-    selects_without_db,
+    select_without_db,
     split_tagged,
     tag_rejected,
 )
 from pelengine.pipeline.replay import replay_stage, replayed_table, seed_rows, without_state
 from pelengine.pipeline.route import (
-    blocking_waits,
     family_map,
     fan_out,
-    has_blocking_reads,
     route_events,
+    routed_facts,
     split_by_group,
 )
-from pelengine.pipeline.units import EXEC_UNIT, mark_units, open_units_after
+from pelengine.pipeline.units import (
+    EXEC_UNIT,
+    is_lua_row,
+    mark_units,
+    open_units_after,
+    opens_multi,
+)
 from pelengine.progress import Progress, quiet
 from pelengine.schemas import (
     EVENTS_SCHEMA,
@@ -141,13 +146,17 @@ def reconstruct(
     carried: dict[str, Any] = {}
     if settings.incremental:
         carried["select_db"] = last_select_db(valid, initial_db)
-    windowed = selects_without_db(valid)
+    facts = _log_facts(valid)  # one action for the probes of the stages below
+    windowed = facts["selects_without_db"]
     valid = resolve_db(spark, valid, initial_db, windowed)
     valid = valid.select(*(f.name for f in EVENTS_SCHEMA.fields))
+    uncut = settings.as_of_ms is None and settings.as_of_seq is None
     valid, stop_seq = cut_as_of(valid, settings.as_of_ms, settings.as_of_seq)
     open_units = carry.open_units if carry is not None else None
+    # the rows the probes counted are these rows, less their db, unless the log was cut
+    present = (facts["multi"], facts["lua"]) if uncut else None
     if chosen.unit_time_snapshot:
-        valid = mark_units(valid, open_units, times=True)
+        valid = mark_units(valid, open_units, times=True, present=present)
     else:  # 7.0: units matter only to blocking reads (marked after routing, if any)
         valid = valid.withColumn(EXEC_UNIT, F.lit(None).cast(LongType()))
     if windowed or chosen.unit_time_snapshot or settings.as_of_ms is not None:
@@ -158,9 +167,13 @@ def reconstruct(
         carried["open_units"] = (
             open_units_after(valid, open_units) if chosen.unit_time_snapshot else {}
         )
-    bounds = valid.agg(F.count(F.lit(1)), F.max("seq"), F.max("ts_ms")).first()
-    assert bounds is not None
-    n_valid, max_seq, max_ts = bounds[0], bounds[1], bounds[2]
+    units_timed = chosen.unit_time_snapshot and (bool(open_units) or facts["multi"] or facts["lua"])
+    if uncut and not units_timed:  # the probes' rows, with their times
+        n_valid, max_seq, max_ts = facts["rows"], facts["max_seq"], facts["max_ts"]
+    else:  # cut, or times moved to their unit's first (7.2+)
+        bounds = valid.agg(F.count(F.lit(1)), F.max("seq"), F.max("ts_ms")).first()
+        assert bounds is not None
+        n_valid, max_seq, max_ts = bounds[0], bounds[1], bounds[2]
     if carry is not None:
         max_ts = _max(carry.as_of_ms, max_ts)
         max_seq = _max(carry.as_of_seq, max_seq)
@@ -180,22 +193,25 @@ def reconstruct(
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = rename_families(states_in, renamed)
     routed = _persist(route_events(spark, valid, settings, families, engine=engine), persisted)
+    routed_seen = routed_facts(routed)  # one action: blocking reads, flushes
     if not chosen.unit_time_snapshot and (
-        carry is not None and carry.waits or has_blocking_reads(routed)
+        carry is not None and carry.waits or routed_seen.blocking
     ):
         # 7.0 with blocking reads: their units, for the family replays
         routed = _persist(mark_units(routed.drop(EXEC_UNIT), times=False), persisted)
     old_waits = [(c, db, renamed.get((db, f), f)) for c, db, f in (carry.waits if carry else [])]
     rows = fan_out(
-        routed, old_waits, states_in.select("db", "family") if states_in is not None else None
+        routed,
+        routed_seen,
+        old_waits,
+        states_in.select("db", "family") if states_in is not None else None,
     )
     # incremental runs keep one saved model per family: they do not split
     rows, split_stats, unit_groups = split_by_group(
         routed, rows, 0 if settings.incremental else settings.split_groups, partitions
     )
     if settings.incremental:
-        found = [(r["client"], r["m_db"], r["m_family"]) for r in blocking_waits(routed).collect()]
-        carried["waits"] = sorted(set(found) | set(old_waits))
+        carried["waits"] = sorted(set(routed_seen.waits) | set(old_waits))
         carried["family_of"] = families
         if carry is not None:
             assert states_in is not None
@@ -244,7 +260,14 @@ def reconstruct(
             if old_counts is not None:
                 # the replayed families' rows so far: the first segment of their entries
                 segments = segments.unionByName(
-                    prior_segments(old_counts, families, replayed_families)
+                    prior_segments(
+                        old_counts,
+                        families,
+                        replayed_families,
+                        segments,
+                        incarnations,
+                        carry.high_seq,
+                    )
                 )
             tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
             tables = carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
@@ -294,6 +317,26 @@ def reconstruct(
         "(Redis errors)",
     )
     return result
+
+
+def _log_facts(valid: DataFrame) -> dict[str, Any]:
+    """What the stages ask of the valid rows before they change them, in one aggregate:
+    ``rows``, ``max_seq``, ``max_ts``, and whether a SELECT lacks its db
+    (``selects_without_db``), a MULTI is there (``multi``), a script ran commands
+    (``lua``)."""
+    row = valid.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.max("seq").alias("max_seq"),
+        F.max("ts_ms").alias("max_ts"),
+        F.bool_or(select_without_db()).alias("selects_without_db"),
+        F.bool_or(opens_multi()).alias("multi"),
+        F.bool_or(is_lua_row()).alias("lua"),
+    ).first()
+    assert row is not None
+    facts = row.asDict()
+    for flag in ("selects_without_db", "multi", "lua"):
+        facts[flag] = bool(facts[flag])
+    return facts
 
 
 def _max(a: int | None, b: int | None) -> int | None:

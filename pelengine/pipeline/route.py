@@ -6,6 +6,7 @@ with many consumer groups may be dealt to several replay units.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -120,9 +121,49 @@ def route_events(
     return valid.mapInArrow(make_router(settings, families, engine=engine), out_schema)
 
 
-def has_blocking_reads(routed: DataFrame) -> bool:
-    """Whether ``routed`` holds a blocking XREADGROUP."""
-    return bool(_blocking_reads(routed).limit(1).count())
+@dataclass(frozen=True)
+class RoutedFacts:
+    """What the stages after routing ask of the routed rows: the (client, db, family) of
+    every blocking XREADGROUP (``waits``), whether one is there at all (``blocking``), and
+    whether a command reaches a whole db or every db (``flush``)."""
+
+    waits: list[tuple[str, int, str]]
+    blocking: bool
+    flush: bool
+
+
+def routed_facts(routed: DataFrame) -> RoutedFacts:
+    """The :class:`RoutedFacts` of ``routed``, from one Spark action."""
+    nothing = F.lit(None).cast(StringType())
+    parts = [
+        blocking_waits(routed).select(F.lit("wait").alias("part"), "client", "m_db", "m_family"),
+        _blocking_reads(routed)
+        .limit(1)
+        .select(
+            F.lit("block").alias("part"),
+            nothing.alias("client"),
+            F.lit(None).cast("int").alias("m_db"),
+            nothing.alias("m_family"),
+        ),
+        _flushes(routed)
+        .limit(1)
+        .select(
+            F.lit("flush").alias("part"),
+            nothing.alias("client"),
+            F.lit(None).cast("int").alias("m_db"),
+            nothing.alias("m_family"),
+        ),
+    ]
+    rows = parts[0].unionByName(parts[1]).unionByName(parts[2]).collect()
+    return RoutedFacts(
+        waits=[(r["client"], r["m_db"], r["m_family"]) for r in rows if r["part"] == "wait"],
+        blocking=any(r["part"] == "block" for r in rows),
+        flush=any(r["part"] == "flush" for r in rows),
+    )
+
+
+def _flushes(routed: DataFrame) -> DataFrame:
+    return routed.filter(F.col("scope").isin("db", "all"))
 
 
 def _blocking_reads(routed: DataFrame) -> DataFrame:
@@ -140,7 +181,7 @@ def blocking_waits(routed: DataFrame) -> DataFrame:
 
 
 def activity_markers(
-    routed: DataFrame, waits: list[tuple[str, int, str]] | None = None
+    routed: DataFrame, waits: list[tuple[str, int, str]] | None, found: list[tuple[str, int, str]]
 ) -> DataFrame | None:
     """Markers telling a family that a client blocked there sent a command elsewhere.
 
@@ -148,9 +189,9 @@ def activity_markers(
     even when that command touches keys of another family. Every command of a
     client that ever blocked in a family, and that does not reach that family
     itself, sends it a ``marker`` row (same seq and time, no effect but that).
-    ``waits``: the (client, db, family) of blocking reads of earlier runs (incremental).
+    ``waits``: the (client, db, family) of blocking reads of earlier runs (incremental);
+    ``found``: those of ``routed`` (:class:`RoutedFacts`).
     """
-    found = [(r["client"], r["m_db"], r["m_family"]) for r in blocking_waits(routed).collect()]
     every = sorted(set(found) | set(waits or []))
     if not every:
         return None
@@ -183,18 +224,22 @@ def activity_markers(
 
 def fan_out(
     routed: DataFrame,
+    facts: RoutedFacts,
     waits: list[tuple[str, int, str]] | None = None,
     known: DataFrame | None = None,
 ) -> DataFrame:
     """One row per (event, family) it must reach, flagged ``fanout`` when it reaches several,
-    plus the activity markers of clients that block. ``waits``/``known``: blocking reads
-    and families (db, family) of earlier runs (incremental)."""
-    rows = _fan_out_commands(routed, known).withColumn("marker", F.lit(False))
-    markers = activity_markers(routed, waits)
+    plus the activity markers of clients that block. ``facts``: :func:`routed_facts` of
+    ``routed``; ``waits``/``known``: blocking reads and families (db, family) of earlier
+    runs (incremental)."""
+    rows = _fan_out_commands(routed, facts.flush, known).withColumn("marker", F.lit(False))
+    markers = activity_markers(routed, waits, facts.waits)
     return rows if markers is None else rows.unionByName(markers)
 
 
-def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -> DataFrame:
+def _fan_out_commands(
+    routed: DataFrame, flushes: bool, extra_known: DataFrame | None = None
+) -> DataFrame:
     keyed = routed.filter(F.col("scope") == "keys").withColumn("fanout", F.size("families") > 1)
     per_family = keyed.select(
         "seq",
@@ -208,9 +253,9 @@ def _fan_out_commands(routed: DataFrame, extra_known: DataFrame | None = None) -
         "group",
         "group_only",
     )
-    flush = routed.filter(F.col("scope").isin("db", "all"))
-    if flush.limit(1).count() == 0:
+    if not flushes:
         return per_family
+    flush = _flushes(routed)
     known = per_family.select("db", "family")
     if extra_known is not None:
         known = known.unionByName(extra_known.select("db", "family"))

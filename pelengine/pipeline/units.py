@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     LongType,
@@ -22,8 +22,22 @@ _SYNTHETIC_SEQ = -(2**63)  # seqs of the rows standing for a unit a previous run
 EXEC_UNIT = "exec_unit"
 
 
+def opens_multi() -> Column:
+    """True on a MULTI row."""
+    return F.upper(F.get(F.col("argv"), 0)) == "MULTI"
+
+
+def is_lua_row() -> Column:
+    """True on a row a script ran (client ``lua``)."""
+    return F.coalesce(F.col("client") == F.lit(LUA_CLIENT), F.lit(False))
+
+
 def mark_units(
-    events: DataFrame, open_units: dict[str, int | None] | None = None, *, times: bool
+    events: DataFrame,
+    open_units: dict[str, int | None] | None = None,
+    *,
+    times: bool,
+    present: tuple[bool, bool] | None = None,
 ) -> DataFrame:
     """``events`` with ``exec_unit``: the execution unit each command ran in (null: none).
 
@@ -40,14 +54,20 @@ def mark_units(
     transaction's first command, a script's call row): the server reads its clock once
     per unit. ``open_units``: units a previous incremental run left open (client -> the
     unit's time, None if it had no command yet); they continue into these rows.
+    ``present``: whether ``events`` hold a MULTI row and a ``lua`` row, when the caller
+    counted them already (else two probes count them here).
 
     Costs: a window per client when the log has MULTI rows; one over the global order
     of (seq, two flags), joined back by seq, only when it has ``lua`` rows.
     """
     name = F.upper(F.get(F.col("argv"), 0))
-    is_lua = F.coalesce(F.col("client") == F.lit(LUA_CLIENT), F.lit(False))
-    has_multi = bool(open_units) or events.filter(name == "MULTI").limit(1).count() > 0
-    has_lua = events.filter(is_lua).limit(1).count() > 0
+    is_lua = is_lua_row()
+    if present is None:
+        present = (
+            events.filter(opens_multi()).limit(1).count() > 0,
+            events.filter(is_lua).limit(1).count() > 0,
+        )
+    has_multi, has_lua = bool(open_units) or present[0], present[1]
     if not (has_multi or has_lua):
         return events.withColumn(EXEC_UNIT, F.lit(None).cast(LongType()))
     columns = events.columns
