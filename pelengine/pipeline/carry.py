@@ -43,20 +43,17 @@ def rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> D
 
 
 def prior_segments(
-    old: DataFrame,
-    family_of: dict[tuple[int, str], str],
-    replayed: DataFrame,
-    segments: DataFrame,
-    incarnations: DataFrame,
-    high_seq: int,
+    old: DataFrame, segments: DataFrame, incarnations: DataFrame, high_seq: int
 ) -> DataFrame:
     """The previous ``delivery_counts`` rows this run can change, as segments that come
-    before any of this run's: the rows of the families it replays whose entry has one of
-    this run's ``segments``, or whose group incarnation a RENAME of this run moved.
+    before any of this run's: the rows of the entries that have one of this run's
+    ``segments``, and every row of a group incarnation a RENAME of this run moved.
 
-    Any other previous row would merge alone into itself (its ``changed_seq`` at most
-    ``high_seq``): :func:`changed_rows` would drop it, so it is not read past the scan.
-    The history is not aggregated again: only the entries this run touched are."""
+    Both come only from the families this run replays (a group incarnation, named by the
+    seq of the command that created it, lives in one family). Any other previous row
+    would merge alone into itself, its ``changed_seq`` at most ``high_seq``:
+    :func:`changed_rows` would drop it. So the history is scanned once and only the
+    entries this run touched are aggregated again."""
     touched = segments.select(*SEGMENT_IDENTITY).distinct().withColumn("_touched", F.lit(True))
     moved = (
         incarnations.filter(F.col("moved_seq") > F.lit(high_seq))
@@ -65,9 +62,7 @@ def prior_segments(
         .withColumn("_moved", F.lit(True))
     )
     rows = (
-        _family_column(old, family_of)
-        .join(replayed, ["db", "family"], "left_semi")
-        .join(touched, list(SEGMENT_IDENTITY), "left")
+        old.join(touched, list(SEGMENT_IDENTITY), "left")
         .join(F.broadcast(moved), list(INCARNATION_IDENTITY), "left")
         .filter(F.col("_touched") | F.col("_moved"))
     )

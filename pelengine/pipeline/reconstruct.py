@@ -153,7 +153,8 @@ def reconstruct(
     uncut = settings.as_of_ms is None and settings.as_of_seq is None
     valid, stop_seq = cut_as_of(valid, settings.as_of_ms, settings.as_of_seq)
     open_units = carry.open_units if carry is not None else None
-    # the rows the probes counted are these rows, less their db, unless the log was cut
+    # the rows the probes counted are these rows (and the routed rows), less their db,
+    # unless the log was cut
     present = (facts["multi"], facts["lua"]) if uncut else None
     if chosen.unit_time_snapshot:
         valid = mark_units(valid, open_units, times=True, present=present)
@@ -198,7 +199,9 @@ def reconstruct(
         carry is not None and carry.waits or routed_seen.blocking
     ):
         # 7.0 with blocking reads: their units, for the family replays
-        routed = _persist(mark_units(routed.drop(EXEC_UNIT), times=False), persisted)
+        routed = _persist(
+            mark_units(routed.drop(EXEC_UNIT), times=False, present=present), persisted
+        )
     old_waits = [(c, db, renamed.get((db, f), f)) for c, db, f in (carry.waits if carry else [])]
     rows = fan_out(
         routed,
@@ -260,14 +263,7 @@ def reconstruct(
             if old_counts is not None:
                 # the replayed families' rows so far: the first segment of their entries
                 segments = segments.unionByName(
-                    prior_segments(
-                        old_counts,
-                        families,
-                        replayed_families,
-                        segments,
-                        incarnations,
-                        carry.high_seq,
-                    )
+                    prior_segments(old_counts, segments, incarnations, carry.high_seq)
                 )
             tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
             tables = carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
