@@ -64,6 +64,8 @@ TARGETS = {
     "engine_events_per_s_per_core": (">=", 1_000_000.0),
     "job_python_workers_cpu_seconds_per_1m_events": ("<=", 20.0),
     "job_over_floor_native": ("<=", 3.0),
+    # issue 34 (one pass): at most 6 Spark actions per full run
+    "job_spark_actions": ("<=", 6.0),
 }
 STEPS = ("job", "job_warm", "floor", "engine", "redis")
 GENERATED_MARKER = "_bench_generated.json"
@@ -908,6 +910,8 @@ class Bench:
                 k: ev.get(k) for k in ("read", "valid", "applied", "ignored", "failed", "rejected")
             },
             "output_rows": report.get("output", {}).get("rows"),
+            "spark_actions": report.get("spark_actions"),
+            "spark_jobs": report.get("spark_jobs"),
             "options": report.get("options"),
             "cpu_seconds_by_role": cpu,
             "cpu_seconds_by_stage": stages,
@@ -1363,6 +1367,8 @@ def ratios(steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
         workers / read * 1e6 if workers is not None and read else None
     )
     values["job_over_floor_native"] = values["job_over_floor"]
+    actions = job_step.get("spark_actions")
+    values["job_spark_actions"] = float(actions) if actions is not None else None
     values["redis_over_job"] = redis / job if redis and job else None
     values["engine_events_per_s_per_core"] = (
         float(engine["events_per_s_per_core"])
@@ -1424,6 +1430,8 @@ def print_size(result: dict[str, Any], out: Any) -> None:
     w(f"  job (end to end)     {_fmt_s(job)}")
     if job.get("timings_s"):
         w("   stages " + ", ".join(f"{k} {v:.1f}" for k, v in job["timings_s"].items()))
+    if job.get("spark_actions") is not None:
+        w(f"; {job['spark_actions']} Spark actions, {job.get('spark_jobs')} Spark jobs")
     w("\n")
     warm = steps.get("job_warm", {})
     if warm.get("status") == "ok":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,53 @@ def spark_jobs_so_far(spark: SparkSession) -> int | None:
     ``SparkContext`` (Spark Connect)."""
     try:
         return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
+    except Exception:
+        return None
+
+
+@dataclass(frozen=True)
+class SparkCounters:
+    """Where a session's counters stood when a run began: its next job id
+    (:func:`spark_jobs_so_far`) and its newest SQL execution (:func:`spark_queries_so_far`);
+    None where the session cannot tell."""
+
+    jobs: int | None
+    query: int | None
+
+
+def spark_counters(spark: SparkSession) -> SparkCounters:
+    """The session's :class:`SparkCounters` now."""
+    return SparkCounters(spark_jobs_so_far(spark), spark_queries_so_far(spark))
+
+
+def spark_queries_so_far(spark: SparkSession) -> int | None:
+    """The id of the session's newest SQL execution (-1: none yet), to count the Spark
+    actions of a run with :func:`spark_actions_since`. None where the session keeps no
+    SQL status (Spark Connect)."""
+    try:
+        store = spark._jsparkSession.sharedState().statusStore()
+        n = int(store.executionsCount())
+        return int(store.executionsList(n - 1, 1).head().executionId()) if n else -1
+    except Exception:
+        return None
+
+
+def spark_actions_since(spark: SparkSession, since: int) -> int | None:
+    """The Spark actions since the SQL execution ``since`` (:func:`spark_queries_so_far`):
+    the top-level SQL executions, each a collect, count or write of the run or a query
+    Delta ran for it outside another one (the queries an action runs inside it, Delta's
+    commit work among them, are part of that action). None where it cannot tell."""
+    try:
+        store = spark._jsparkSession.sharedState().statusStore()
+        n = int(store.executionsCount())
+        newest = store.executionsList(max(0, n - 1000), 1000).reverseIterator()
+        actions = 0
+        while newest.hasNext():
+            execution = newest.next()
+            if execution.executionId() <= since:
+                break
+            actions += execution.rootExecutionId() == execution.executionId()
+        return actions
     except Exception:
         return None
 

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from pelengine import storage
 from pelengine.pipeline.conform import InputContractError
 from pelengine.pipeline.reconstruct import reconstruct
-from pelengine.progress import Progress, quiet, spark_jobs_so_far
+from pelengine.progress import Progress, quiet, spark_counters
 from pelengine.runs.output import count_rejected, finish_report, write_outputs
 from pelengine.schemas import OUTPUT_TABLES, STATE_TABLE
 from pelengine.settings import Settings
@@ -58,7 +58,7 @@ def _run_full(
     progress: Progress,
 ) -> dict[str, Any]:
     started = time.time()
-    jobs = spark_jobs_so_far(spark)
+    counters = spark_counters(spark)
     if not storage.table_exists(spark, events_ref):
         raise InputContractError(f"--events {events_path}: no Delta table there")
     input_version = storage.table_version(spark, events_ref)
@@ -89,5 +89,5 @@ def _run_full(
     report["keys"] = output_rows.get("streams", 0)
     result.unpersist()
     return finish_report(
-        report, spark, output, settings, started, jobs_at_start=jobs, replace=upgrade
+        report, spark, output, settings, started, counters_at_start=counters, replace=upgrade
     )

@@ -64,7 +64,7 @@ from pelengine.model.persist import STATE_SCHEMA_VERSION
 from pelengine.pipeline.carry import HISTORY_KEYS, PEL_HISTORY_REPLACES, Carry, changed_rows
 from pelengine.pipeline.conform import InputContractError, conform_events
 from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
-from pelengine.progress import Progress, quiet, spark_jobs_so_far
+from pelengine.progress import Progress, SparkCounters, quiet, spark_counters
 from pelengine.runs.output import count_rejected, finish_report, write_outputs
 from pelengine.schemas import (
     FAMILY_STATE_COLUMNS,
@@ -339,7 +339,7 @@ def run_incremental(
 ) -> dict[str, Any]:
     """One nightly run (see the module docstring); returns the run report."""
     started = time.time()
-    jobs = spark_jobs_so_far(spark)
+    jobs = spark_counters(spark)
     output = storage.check_output(spark, out_path)
     events_ref = storage.table_ref(events_path)
     storage.check_input(spark, events_ref)
@@ -709,7 +709,7 @@ def _finish(
     output: storage.Output,
     settings: Settings,
     spark: SparkSession,
-    started: tuple[float, int | None],
+    started: tuple[float, SparkCounters],
     *,
     written: bool,
     replace: bool = False,
@@ -720,7 +720,7 @@ def _finish(
         output,
         settings,
         started[0],
-        jobs_at_start=started[1],
+        counters_at_start=started[1],
         written=written,
         record=written,
         extra_tables=(STATE_TABLE,),

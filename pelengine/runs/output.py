@@ -12,7 +12,13 @@ from pyspark.sql import functions as F
 
 from pelengine import storage
 from pelengine.pipeline.conform import REASON_VALUE
-from pelengine.progress import Progress, quiet, spark_jobs_so_far
+from pelengine.progress import (
+    Progress,
+    SparkCounters,
+    quiet,
+    spark_actions_since,
+    spark_jobs_so_far,
+)
 from pelengine.schemas import MERGED_TABLES, OUTPUT_TABLES
 from pelengine.settings import Settings
 
@@ -125,6 +131,11 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(
         f"took {report.get('duration_s', '?')} s"
         + (" (" + ", ".join(f"{k} {v}" for k, v in timings.items()) + ")" if timings else "")
+        + (
+            f", {report['spark_actions']} Spark actions"
+            if report.get("spark_actions") is not None
+            else ""
+        )
         + (f", {report['spark_jobs']} Spark jobs" if report.get("spark_jobs") is not None else "")
     )
     return "\n".join(lines)
@@ -147,7 +158,7 @@ def finish_report(
     settings: Settings,
     started: float,
     *,
-    jobs_at_start: int | None = None,
+    counters_at_start: SparkCounters | None = None,
     written: bool | None = None,
     record: bool = True,
     extra_tables: tuple[str, ...] = (),
@@ -157,9 +168,9 @@ def finish_report(
     ``<root>/_run_report.json`` for people and, as the run's last write, append its row to
     the output's ``_runs`` (``record``; ``replace``: replacing the ``_runs`` of an output of
     an earlier contract version); the same for every run. ``extra_tables``: tables besides
-    the output tables whose versions the row names (a night's state); ``jobs_at_start``:
-    :func:`~pelengine.progress.spark_jobs_so_far` when the run began (the report's
-    ``spark_jobs``: the jobs up to this record)."""
+    the output tables whose versions the row names (a night's state);
+    ``counters_at_start``: :func:`~pelengine.progress.spark_counters` when the run began
+    (the report's ``spark_actions`` and ``spark_jobs``: those up to this record)."""
     # the run's last word: each table's version, which readers read (storage.run_versions)
     tables = {}
     for name in (*OUTPUT_TABLES, "rejected_events", *extra_tables):
@@ -174,9 +185,14 @@ def finish_report(
     report.setdefault("run_id", str(uuid.uuid4()))
     report["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     report["duration_s"] = round(time.time() - started, 3)
-    jobs_now = spark_jobs_so_far(spark) if jobs_at_start is not None else None
-    if jobs_at_start is not None and jobs_now is not None:
-        report["spark_jobs"] = jobs_now - jobs_at_start
+    if counters_at_start is not None:
+        jobs_now = spark_jobs_so_far(spark)
+        if counters_at_start.jobs is not None and jobs_now is not None:
+            report["spark_jobs"] = jobs_now - counters_at_start.jobs
+        if counters_at_start.query is not None:
+            actions = spark_actions_since(spark, counters_at_start.query)
+            if actions is not None:
+                report["spark_actions"] = actions
     if written is not None:
         report["written"] = written
     storage.write_run_report(output, report)

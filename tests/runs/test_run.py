@@ -57,6 +57,24 @@ def test_tables_are_delta_tables_delta_rs_reads(spark: SparkSession, events_path
     assert report["input"]["delta_version"] == storage.table_version(spark, events_path)
 
 
+def test_spark_actions_are_the_top_level_queries(spark: SparkSession, events_path: str, tmp_path):
+    from pelengine.progress import spark_actions_since, spark_queries_so_far
+    from pelengine.runs.output import format_report
+
+    since = spark_queries_so_far(spark)
+    assert since is not None
+    df = spark.range(1000)
+    df.count()
+    # a shuffle: more than one job under adaptive execution, still one action
+    assert len(df.groupBy((df.id % 7).alias("k")).count().collect()) == 7
+    assert spark_actions_since(spark, since) == 2
+    report = run_reconstruct(spark, events_path, str(tmp_path / "out"), Settings())
+    assert report["spark_actions"] > 0 and report["spark_jobs"] > 0
+    assert f"{report['spark_actions']} Spark actions, {report['spark_jobs']} Spark jobs" in (
+        format_report(report)
+    )
+
+
 def test_rerun_with_same_txn_version_changes_nothing(
     spark: SparkSession, events_path: str, tmp_path
 ) -> None:
