@@ -134,27 +134,22 @@ class RoutedFacts:
 
 def routed_facts(routed: DataFrame) -> RoutedFacts:
     """The :class:`RoutedFacts` of ``routed``, from one Spark action."""
-    nothing = F.lit(None).cast(StringType())
-    parts = [
-        blocking_waits(routed).select(F.lit("wait").alias("part"), "client", "m_db", "m_family"),
-        _blocking_reads(routed)
-        .limit(1)
-        .select(
-            F.lit("block").alias("part"),
+
+    def whether(part: str, rows: DataFrame) -> DataFrame:  # one row if ``rows`` has any
+        nothing = F.lit(None).cast(StringType())
+        return rows.limit(1).select(
+            F.lit(part).alias("part"),
             nothing.alias("client"),
             F.lit(None).cast("int").alias("m_db"),
             nothing.alias("m_family"),
-        ),
-        _flushes(routed)
-        .limit(1)
-        .select(
-            F.lit("flush").alias("part"),
-            nothing.alias("client"),
-            F.lit(None).cast("int").alias("m_db"),
-            nothing.alias("m_family"),
-        ),
-    ]
-    rows = parts[0].unionByName(parts[1]).unionByName(parts[2]).collect()
+        )
+
+    waits = blocking_waits(routed).select(F.lit("wait").alias("part"), "client", "m_db", "m_family")
+    rows = (
+        waits.unionByName(whether("block", _blocking_reads(routed)))
+        .unionByName(whether("flush", _flushes(routed)))
+        .collect()
+    )
     return RoutedFacts(
         waits=[(r["client"], r["m_db"], r["m_family"]) for r in rows if r["part"] == "wait"],
         blocking=any(r["part"] == "block" for r in rows),
