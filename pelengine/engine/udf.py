@@ -1,4 +1,4 @@
-"""The Arrow functions Spark runs on executors: routing and the grouped replay.
+"""The Arrow functions Spark runs on executors: routing and the replay of each partition.
 
 Each picks an engine and runs one loop over it: the Python engine
 (:mod:`pelengine.engine.python`) and the native one (``pelengine_native``, Rust; see
@@ -30,6 +30,9 @@ from pelengine.settings import Settings
 
 # a packed output batch ends once its payloads reach this size (the JVM holds one whole)
 PACKED_BATCH_BYTES = 16 << 20
+# one table's output batches wait, over the families of a task, until they hold this many
+# bytes, and then go as one payload
+PACKED_TABLE_BYTES = 1 << 20
 
 
 def _arrow_schema(spark_schema: Any) -> pa.Schema:
@@ -91,84 +94,31 @@ def make_router(
     return route
 
 
-def make_replay_function(
+Starter = Callable[[tuple[Any, ...]], Any]
+
+
+def _starter(
     settings: Settings,
     as_of_ms: int,
     as_of_seq: int,
-    *,
-    mark_seq: int | None = None,
-    unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
-    engine: str = "python",
-) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The grouped (iterator-form) Arrow UDF replaying one family of stream keys: the
-    ``FamilyReplay`` of ``engine`` ("python" or "native"; the same rows: tests/native)
-    fed the family's input batches, which hold its events in ``seq`` order.
-
-    It captures the run's frozen ``settings`` (the resolved profile, the server's
-    ``stream-node-max-*``, whether state is kept) and the plain values of this replay:
-    the snapshot moment, ``mark_seq`` and the groups of each unit of a family split by
-    group (the group key's third value names the unit).
-
-    ``settings.incremental`` (keep state): a row whose ``state`` column is set carries the
-    family's saved model (it sorts first: its ``seq`` is the last one applied) and the
-    replay continues from it; at the end the model is emitted as a ``state`` row
-    (``state_version`` and ``state``: the plain data of ``pelengine.model.persist``,
-    docs/state.md), with the count and an order-free digest of every row the
-    family has received (``agg_n``/``agg_x``, so that changed history can be named);
-    ``mark_n``/``mark_x`` are the same over the rows with ``seq <= mark_seq`` only.
-
-    Output: the rows the replay gives as it goes (history, fan-out outcomes) and at its
-    end (state tables, outcome counters, the saved model), each table in its own columns
-    (``REPLAY_TABLE_SCHEMAS``), packed as Arrow IPC rows of ``REPLAY_PACKED_SCHEMA``
-    (``make_unpacker`` reads them back). The pipeline merges the delivery segments into
-    ``delivery_counts``.
-    """
+    mark_seq: int | None,
+    unit_groups: dict[tuple[int, str, str], list[str]] | None,
+    engine: str,
+) -> Starter:
+    """The function starting, where a task runs, the ``FamilyReplay`` of the family (or
+    unit) a key (db, family[, unit]) names. It captures plain values only."""
     implementation = _engine(engine)
     profile = settings.model_profile
     node_max_entries, node_max_bytes = settings.node_max_entries, settings.node_max_bytes
     keep_state = settings.incremental
     schemas = {name: _arrow_schema(schema) for name, schema in REPLAY_TABLE_SCHEMAS.items()}
-    packed_schema = _arrow_schema(REPLAY_PACKED_SCHEMA)
     groups_of = {k: sorted(v) for k, v in (unit_groups or {}).items()}
 
-    def packed(parts: Iterable[tuple[str, pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
-        """Each (table, batch) as a row of ``REPLAY_PACKED_SCHEMA``: one output batch
-        (nothing when there are no rows), or more when the payloads pass
-        ``PACKED_BATCH_BYTES``."""
-        tables: list[str] = []
-        counts: list[int] = []
-        payloads: list[bytes] = []
-        size = 0
-
-        def flush() -> pa.RecordBatch:
-            out = pa.RecordBatch.from_arrays(
-                [pa.array(tables, pa.string()), pa.array(counts, pa.int64()), pa.array(payloads)],
-                schema=packed_schema,
-            )
-            tables.clear()
-            counts.clear()
-            payloads.clear()
-            return out
-
-        for table, batch in parts:
-            payload = pack_batch(batch)
-            tables.append(table)
-            counts.append(batch.num_rows)
-            payloads.append(payload)
-            size += len(payload)
-            if size >= PACKED_BATCH_BYTES:
-                yield flush()
-                size = 0
-        if tables:
-            yield flush()
-
-    def replay(
-        key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
-    ) -> Iterator[pa.RecordBatch]:
-        db, family = key[0].as_py(), key[1].as_py()
-        unit = key[2].as_py() if len(key) > 2 else None
+    def start(key: tuple[Any, ...]) -> Any:
+        db, family = key[0], key[1]
+        unit = key[2] if len(key) > 2 else None
         own = None if unit is None else groups_of[(db, family, unit)]
-        family_replay = implementation().FamilyReplay(
+        return implementation().FamilyReplay(
             profile,
             node_max_entries,
             node_max_bytes,
@@ -181,18 +131,187 @@ def make_replay_function(
             mark_seq=mark_seq,
             state_key=(db, family),
         )
+
+    return start
+
+
+def make_replay_function(
+    settings: Settings,
+    as_of_ms: int,
+    as_of_seq: int,
+    *,
+    mark_seq: int | None = None,
+    unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
+    engine: str = "python",
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The Arrow function (``mapInArrow``) replaying the families of one partition, whose
+    rows come sorted by (db, family[, unit], seq): each run of rows with one key is one
+    family (or unit of a family split by group), fed in ``seq`` order to a
+    ``FamilyReplay`` of ``engine`` ("python" or "native"; the same rows: tests/native),
+    finished when the next key starts. ``unit`` is a key only with ``unit_groups``.
+
+    It captures the run's frozen ``settings`` (the resolved profile, the server's
+    ``stream-node-max-*``, whether state is kept) and the plain values of this replay:
+    the snapshot moment, ``mark_seq`` and the groups of each unit of a family split by
+    group (the key's third value names the unit).
+
+    ``settings.incremental`` (keep state): a row whose ``state`` column is set carries the
+    family's saved model (it sorts first: its ``seq`` is the last one applied) and the
+    replay continues from it; at the end the model is emitted as a ``state`` row
+    (``state_version`` and ``state``: the plain data of ``pelengine.model.persist``,
+    docs/state.md), with the count and an order-free digest of every row the
+    family has received (``agg_n``/``agg_x``, so that changed history can be named);
+    ``mark_n``/``mark_x`` are the same over the rows with ``seq <= mark_seq`` only.
+
+    Output: the rows the replay gives as it goes (history, fan-out outcomes) and at its
+    end (state tables, outcome counters, the saved model), each table in its own columns
+    (``REPLAY_TABLE_SCHEMAS``), packed as Arrow IPC rows of ``REPLAY_PACKED_SCHEMA``
+    (``make_unpacker`` reads them back), the small outputs of many families together
+    (``_Packer``). The pipeline merges the delivery segments into ``delivery_counts``.
+    """
+    start = _starter(settings, as_of_ms, as_of_seq, mark_seq, unit_groups, engine)
+    packed_schema = _arrow_schema(REPLAY_PACKED_SCHEMA)
+    key_names = ("db", "family", "unit") if unit_groups else ("db", "family")
+
+    def replay(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out = _Packer(packed_schema)
+        key: tuple[Any, ...] | None = None
+        family_replay: Any = None
         for batch in batches:
-            yield from packed(family_replay.feed(unwrap_state(batch)))
-        yield from packed(family_replay.finish())
+            for run_key, rows in key_runs(batch, key_names):
+                if run_key != key:
+                    if family_replay is not None:
+                        out.add(family_replay.finish())
+                    key, family_replay = run_key, start(run_key)
+                out.add(family_replay.feed(unwrap_state(rows)))
+                yield from out.full()
+        if family_replay is not None:
+            out.add(family_replay.finish())
+        yield from out.rest()
 
     return replay
 
 
-def pack_batch(batch: pa.RecordBatch) -> bytes:
-    """One batch as an Arrow IPC stream (a ``payload`` of ``REPLAY_PACKED_SCHEMA``)."""
+def make_family_replay(
+    settings: Settings,
+    as_of_ms: int,
+    as_of_seq: int,
+    *,
+    mark_seq: int | None = None,
+    unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
+    engine: str = "python",
+) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The replay of ``make_replay_function`` for one family whose key (Arrow scalars:
+    db, family[, unit]) is given and whose batches need hold no key columns: the form of
+    a grouped Arrow UDF, which the tests and ``make bench-udf`` call directly."""
+    start = _starter(settings, as_of_ms, as_of_seq, mark_seq, unit_groups, engine)
+    packed_schema = _arrow_schema(REPLAY_PACKED_SCHEMA)
+
+    def replay(
+        key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
+    ) -> Iterator[pa.RecordBatch]:
+        out = _Packer(packed_schema)
+        family_replay = start(tuple(k.as_py() for k in key))
+        for batch in batches:
+            out.add(family_replay.feed(unwrap_state(batch)))
+            yield from out.full()
+        out.add(family_replay.finish())
+        yield from out.rest()
+
+    return replay
+
+
+def key_runs(
+    batch: pa.RecordBatch, key_names: tuple[str, ...]
+) -> Iterator[tuple[tuple[Any, ...], pa.RecordBatch]]:
+    """The runs of rows of ``batch`` (sorted by ``key_names``) that share one key, as
+    (key values, zero-copy slice), in order."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    if n == 0:
+        return
+    changed = np.zeros(max(n - 1, 0), dtype=bool)
+    if n > 1:
+        for name in key_names:
+            values = batch.column(name)
+            after, before = values.slice(1), values.slice(0, n - 1)
+            differs = pc.fill_null(pc.not_equal(after, before), False)
+            nulls = pc.not_equal(pc.is_null(after), pc.is_null(before))
+            changed |= pc.or_(differs, nulls).to_numpy(zero_copy_only=False)
+    bounds = [0, *(np.flatnonzero(changed) + 1).tolist(), n]
+    columns = [batch.column(name) for name in key_names]
+    for begin, end in zip(bounds, bounds[1:], strict=False):
+        yield tuple(c[begin].as_py() for c in columns), batch.slice(begin, end - begin)
+
+
+class _Packer:
+    """The replay's output tables as rows of ``REPLAY_PACKED_SCHEMA``, gathered over the
+    families of a task: each table's batches wait until they hold ``PACKED_TABLE_BYTES``
+    (or the task ends) and go as one payload (an Arrow IPC stream of those batches); a
+    packed output batch is ready once its payloads reach ``PACKED_BATCH_BYTES``. Many
+    small families thus make a few large payloads, not eight small ones each."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.waiting: dict[str, list[pa.RecordBatch]] = {}
+        self.waiting_bytes: dict[str, int] = {}
+        self.tables: list[str] = []
+        self.counts: list[int] = []
+        self.payloads: list[bytes] = []
+        self.size = 0
+
+    def add(self, parts: Iterable[tuple[str, pa.RecordBatch]]) -> None:
+        for table, batch in parts:
+            if batch.num_rows == 0:
+                continue
+            self.waiting.setdefault(table, []).append(batch)
+            size = self.waiting_bytes.get(table, 0) + batch.nbytes
+            self.waiting_bytes[table] = size
+            if size >= PACKED_TABLE_BYTES:
+                self._pack(table)
+
+    def _pack(self, table: str) -> None:
+        batches = self.waiting.pop(table)
+        self.waiting_bytes.pop(table)
+        payload = pack_batches(batches)
+        self.tables.append(table)
+        self.counts.append(sum(b.num_rows for b in batches))
+        self.payloads.append(payload)
+        self.size += len(payload)
+
+    def _batch(self) -> pa.RecordBatch:
+        out = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.tables, pa.string()),
+                pa.array(self.counts, pa.int64()),
+                pa.array(self.payloads),
+            ],
+            schema=self.schema,
+        )
+        self.tables, self.counts, self.payloads, self.size = [], [], [], 0
+        return out
+
+    def full(self) -> Iterator[pa.RecordBatch]:
+        """A packed output batch when the payloads reached ``PACKED_BATCH_BYTES``."""
+        if self.size >= PACKED_BATCH_BYTES:
+            yield self._batch()
+
+    def rest(self) -> Iterator[pa.RecordBatch]:
+        """Everything still waiting (at the end of the task); nothing when nothing is."""
+        for table in list(self.waiting):
+            self._pack(table)
+        if self.tables:
+            yield self._batch()
+
+
+def pack_batches(batches: list[pa.RecordBatch]) -> bytes:
+    """Batches of one schema as one Arrow IPC stream (a ``payload``)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
 
 
@@ -242,4 +361,5 @@ def unwrap_state(batch: pa.RecordBatch) -> pa.RecordBatch:
             raise ValueError("a replay input row carries more than one saved model")
         at[parents] = np.arange(len(flat), dtype=np.int64)
         struct = flat.take(pa.array(at, mask=at < 0))
-    return batch.set_column(index, batch.schema.field(index).with_type(struct.type), struct)
+    field = batch.schema.field(index).with_type(struct.type).with_nullable(True)
+    return batch.set_column(index, field, struct)

@@ -6,7 +6,7 @@ The stages, each a module, in the order data flows through them:
   command (once), give rows their db, cut at ``--as-of-*``;
 * :mod:`~pelengine.pipeline.units`     - the MULTI/EXEC or script unit of every command;
 * :mod:`~pelengine.pipeline.route`     - the stream families every command reaches;
-* :mod:`~pelengine.pipeline.replay`    - one shuffle, one sort, the engine's grouped UDF;
+* :mod:`~pelengine.pipeline.replay`    - one shuffle, one sort, the engine's replay per partition;
 * :mod:`~pelengine.pipeline.assemble`  - the output tables from the replay output.
 
 :func:`pelengine.pipeline.reconstruct` strings them together; the runs

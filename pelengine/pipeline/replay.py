@@ -1,6 +1,7 @@
-"""Stage 4: replay. The one shuffle by family, the sort by ``seq`` within partitions and
-the iterator-form grouped Arrow UDF of the engine (pelengine.engine) streaming each
-family's events through the model.
+"""Stage 4: replay. The one shuffle by family, the sort by (family, ``seq``) within
+partitions and one Arrow function per partition (``mapInArrow``) of the engine
+(pelengine.engine) streaming each family's events, one family after another, through
+the model.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ def replay_stage(
     unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
     engine: str = "python",
 ) -> DataFrame:
-    """The one shuffle and sort: (family, unit)s hashed to partitions, events sorted by
-    seq, then the grouped iterator UDF (same grouping columns, so Spark adds no exchange).
+    """The one shuffle and sort: (family, unit)s hashed to partitions, each partition's
+    events sorted by (family, unit, seq), then one Arrow function over each partition
+    (``mapInArrow``) that replays its families one after another as their runs of rows
+    go by: one Python call per partition, not one per family, and the output of many
+    small families packed together (``engine.udf._Packer``).
     ``unit_groups``: the groups of each unit of the families split by group.
 
     With ``settings.incremental`` the rows may include one ``state`` row per family (its saved
@@ -45,18 +49,16 @@ def replay_stage(
 
     ``engine``: "python" or "native" (resolved by the caller, ``engine.native``).
 
-    ``unit`` is a grouping key only when some family is split: otherwise it is the
-    literal null, the optimizer drops a constant from the sort, and the grouped UDF
-    then asks for a second sort by (db, family, unit) alone. That sort keeps the seq
-    order only while it fits in memory; once it spills, its merge interleaves the
-    spill runs of the one key in any order (seen: one stream of 20M events, "seq 1
-    after 11184910"). ``check_replay_plan`` refuses such a plan before it runs."""
+    ``unit`` is a key only when some family is split: otherwise it is the literal null.
+    The function reads straight from the one sort by (keys..., seq): a sort by the keys
+    alone would not keep the seq order once it spills (its merge interleaves the spill
+    runs of one key in any order; seen with a grouped UDF over one stream of 20M events,
+    "seq 1 after 11184910"). ``check_replay_plan`` refuses any other plan before it runs."""
     keys = ("db", "family", "unit") if unit_groups else ("db", "family")
     replayed = (
         routed_rows.repartition(partitions, *keys)
         .sortWithinPartitions(*keys, "seq")
-        .groupBy(*keys)
-        .applyInArrow(
+        .mapInArrow(
             make_replay_function(
                 settings,
                 as_of_ms,
@@ -82,6 +84,10 @@ def replayed_table(replayed: DataFrame, table: str) -> DataFrame:
     )
 
 
+#: The physical plan's node of the replay function (``mapInArrow``).
+REPLAY_NODE = "MapInArrow"
+
+
 class ReplayPlanError(RuntimeError):
     """The physical plan of the replay would not deliver each family's events in seq order."""
 
@@ -102,25 +108,25 @@ def physical_plan(df: DataFrame) -> str | None:
 
 
 def check_replay_plan(replayed: DataFrame) -> None:
-    """Refuse a replay plan whose grouped UDF does not read straight from the one sort by
-    (keys..., seq) over the one exchange: any other sort between them (one by the keys
-    alone) is not stable once it spills, and the replay would fail hours later with
-    ``SeqOrderError`` (or, without that check, write wrong tables). The plan is the
-    JVM's on classic Spark, the server's physical plan (``explain``) on Spark Connect; a
-    DataFrame offering neither is left to the UDF's own check."""
+    """Refuse a replay plan whose Arrow function does not read straight from the one sort
+    by (keys..., seq) over the one exchange: with any other sort between them (one by the
+    keys alone, which is not stable once it spills) or none, the replay would fail hours
+    later with ``SeqOrderError`` (or, without that check, write wrong tables). The plan is
+    the JVM's on classic Spark, the server's physical plan (``explain``) on Spark Connect;
+    a DataFrame offering neither is left to the function's own check."""
     plan = physical_plan(replayed)
     if plan is None:
         return
     lines = plan.splitlines()
-    start = next((i for i, line in enumerate(lines) if "FlatMapGroupsInArrow" in line), None)
+    start = next((i for i, line in enumerate(lines) if REPLAY_NODE in line), None)
     if start is None:
-        raise ReplayPlanError(f"no grouped replay UDF in the plan:\n{plan}")
+        raise ReplayPlanError(f"no replay function ({REPLAY_NODE}) in the plan:\n{plan}")
     end = next((i for i in range(start, len(lines)) if "Exchange" in lines[i]), len(lines))
     sorts = [line.strip() for line in lines[start:end] if "Sort [" in line]
     if len(sorts) != 1 or "seq" not in sorts[0]:
         raise ReplayPlanError(
             "the replay plan would not keep seq order (expected exactly one sort, by the "
-            f"grouping keys and seq, under the grouped UDF; found {sorts}):\n{plan}"
+            f"family keys and seq, under the replay function; found {sorts}):\n{plan}"
         )
 
 

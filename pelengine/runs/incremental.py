@@ -31,7 +31,7 @@ A run (``pelengine reconstruct --incremental``):
    report says why;
 3. otherwise replays only the new rows: the families they reach
    start from their saved model (a ``state`` row that sorts before their new
-   events in the same grouped UDF), every other family's rows are carried over
+   events in the same replay), every other family's rows are carried over
    from the current tables with this run's ``as_of`` and ``idle_ms``; the
    replayed families' ``delivery_counts`` rows are their previous rows (from the
    version the state names) merged with the delivery segments of the new events

@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.types import StructField, StructType
 
 from pelengine.engine import udf
 from pelengine.engine.python import arrow
@@ -91,10 +92,12 @@ def _got(batches: list[pa.RecordBatch]) -> dict[str, list[dict[str, Any]]]:
         assert batch.schema == packed
         for table, rows, payload in zip(*(c.to_pylist() for c in batch.columns), strict=True):
             schema = udf._arrow_schema(REPLAY_TABLE_SCHEMAS[table])
-            (inner,) = udf.unpack_payloads(pa.array([payload], pa.binary()), schema)
-            assert inner.schema == schema
-            assert inner.num_rows == rows <= arrow.OUTPUT_BATCH_ROWS
-            got.setdefault(table, []).extend(inner.to_pylist())
+            inner = list(udf.unpack_payloads(pa.array([payload], pa.binary()), schema))
+            assert all(b.schema == schema for b in inner)
+            assert all(0 < b.num_rows <= arrow.OUTPUT_BATCH_ROWS for b in inner)
+            assert sum(b.num_rows for b in inner) == rows
+            for b in inner:
+                got.setdefault(table, []).extend(b.to_pylist())
     return got
 
 
@@ -118,7 +121,7 @@ def test_replay_writes_the_models_rows(
 ) -> None:
     monkeypatch.setattr(arrow, "OUTPUT_BATCH_ROWS", output_rows)
     rows = _events()
-    replay = udf.make_replay_function(Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ)
+    replay = udf.make_family_replay(Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ)
     got = _got(list(replay((pa.scalar(0), pa.scalar("f")), iter(_batches(rows, input_rows)))))
     expected = _expected(rows)
     stats = got.pop("stats")
@@ -135,7 +138,7 @@ def test_a_unit_of_a_split_family_writes_its_groups_rows_only() -> None:
     groups = sorted({r["group"] for r in expected["group_incarnations"]})
     assert len(groups) > 1
     mine = groups[:1]
-    replay = udf.make_replay_function(
+    replay = udf.make_family_replay(
         Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ, unit_groups={(0, "f", "1"): mine}
     )
     key = (pa.scalar(0), pa.scalar("f"), pa.scalar("1"))
@@ -185,3 +188,85 @@ def test_a_worker_freezes_its_heap_once() -> None:
         "assert gc.get_threshold() == w.WORKER_GC_THRESHOLDS"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_key_runs_splits_a_sorted_batch_where_any_key_changes() -> None:
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "db": pa.array([0, 0, 0, 1, 1, 1], pa.int32()),
+            "family": ["a", "a", "b", "b", "b", "b"],
+            "unit": [None, None, None, None, "x", "x"],
+            "seq": [1, 2, 3, 4, 5, 6],
+        }
+    )
+    runs = [(k, b.column("seq").to_pylist()) for k, b in udf.key_runs(batch, ("db", "family"))]
+    assert runs == [((0, "a"), [1, 2]), ((0, "b"), [3]), ((1, "b"), [4, 5, 6])]
+    keys = ("db", "family", "unit")
+    runs = [(k, b.column("seq").to_pylist()) for k, b in udf.key_runs(batch, keys)]
+    assert runs == [
+        ((0, "a", None), [1, 2]),
+        ((0, "b", None), [3]),
+        ((1, "b", None), [4]),
+        ((1, "b", "x"), [5, 6]),
+    ]
+    assert list(udf.key_runs(batch.slice(0, 0), keys)) == []
+    assert [k for k, _ in udf.key_runs(batch.slice(5, 1), keys)] == [(1, "b", "x")]
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("size", [7, 1000, 100_000])
+def test_a_partition_replays_its_families_one_after_another(engine: str, size: int) -> None:
+    """The partition function (what ``mapInArrow`` runs) over the rows of several families
+    and units, sorted by key and seq and cut into batches that end inside families and
+    hold several: the rows of each table are those of each family replayed alone, its
+    saved model included (keep state)."""
+    rows = [r for r in _events() if r["argv"][0] != "FLUSHDB"][:600]
+    groups = sorted({r["group"] for r in _expected(rows)["group_incarnations"]})
+    units = {(1, "u", "0"): groups[:1], (1, "u", "1"): groups[1:]}
+    keys = [(0, "a", None), (0, "b", None), (1, "a", None), (1, "u", "0"), (1, "u", "1")]
+    settings = Settings(profile="7.0", incremental=True)
+
+    def family_batches(key: tuple[Any, ...], count: int) -> list[pa.RecordBatch]:
+        db, family, unit = key
+        part = [r | {"db": db} for r in rows[:count]]
+        return [
+            b.set_column(b.schema.get_field_index("family"), "family", pa.array([family] * len(b)))
+            for b in _batches(part, 10**6, unit=unit)
+        ]
+
+    counts = [600, 1, 250, 600, 600]
+    expected: dict[str, list[str]] = {}
+    for key, count in zip(keys, counts, strict=True):
+        one = udf.make_family_replay(
+            settings, AS_OF_MS, AS_OF_SEQ, unit_groups=units, engine=engine
+        )
+        scalars = (pa.scalar(key[0], pa.int32()), pa.scalar(key[1]), pa.scalar(key[2]))
+        for table, table_rows in _got(list(one(scalars, iter(family_batches(key, count))))).items():
+            expected.setdefault(table, []).extend(repr(sorted(r.items())) for r in table_rows)
+
+    whole = pa.Table.from_batches(
+        [b for key, count in zip(keys, counts, strict=True) for b in family_batches(key, count)]
+    )
+    partition = udf.make_replay_function(
+        settings, AS_OF_MS, AS_OF_SEQ, unit_groups=units, engine=engine
+    )
+    out = list(partition(iter(whole.to_batches(max_chunksize=size))))
+    got = {t: sorted(repr(sorted(r.items())) for r in v) for t, v in _got(out).items()}
+    assert got == {t: sorted(v) for t, v in expected.items()}
+    assert len(got["state"]) == len(keys)
+    assert len(out) == 1  # small outputs: one packed batch for the whole partition
+
+
+def test_unwrap_state_gives_a_nullable_column_whatever_the_transport_said() -> None:
+    """Spark hands ``mapInArrow`` the transport list as a non-nullable field (an empty list on
+    every event row): the struct it becomes is null on those rows, so its field is nullable
+    (the native core checks the declared nullability)."""
+    from pelengine.pipeline.replay import STATE_TRANSPORT_TYPE
+
+    transport = udf._arrow_schema(StructType([StructField("state", STATE_TRANSPORT_TYPE, False)]))
+    batch = pa.RecordBatch.from_pydict({"state": [[], []]}, schema=transport)
+    assert not batch.schema.field("state").nullable
+    out = udf.unwrap_state(batch)
+    assert out.schema.field("state").nullable
+    assert out.column("state").null_count == 2
+    out.validate(full=True)

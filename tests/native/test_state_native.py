@@ -1,6 +1,6 @@
 """Keeping state on both engines: a night saved by either engine is resumed by the other.
 
-The replay UDF (``make_replay_function`` with ``Settings(incremental=True)``) is called
+The replay UDF (``make_family_replay`` with ``Settings(incremental=True)``) is called
 in-process on each engine, as a Spark worker calls it, with the generated workload routed
 as the job routes it (``benchmarks/replay_udf.py``). A second night gets each family's
 saved model as the ``state`` column of a seed row that sorts first (``seq`` its
@@ -102,7 +102,7 @@ def replay(
     mark_seq: int | None = None,
 ) -> dict[Key, Tables]:
     """Each family's rows through the incremental replay of ``engine``: its tables."""
-    fn = udf.make_replay_function(
+    fn = udf.make_family_replay(
         Settings(profile=profile, incremental=True),
         AS_OF_MS,
         AS_OF_SEQ,

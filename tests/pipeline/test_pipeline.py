@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine.engine.errors import SeqOrderError
-from pelengine.engine.udf import make_replay_function
+from pelengine.engine.udf import make_family_replay
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.pipeline import conform
 from pelengine.pipeline.reconstruct import reconstruct
@@ -278,7 +278,7 @@ def test_replay_plan_has_one_shuffle_and_one_sort_by_seq(spark: SparkSession) ->
     assert len(sorts) == 1, plan
     assert "seq" in sorts[0], plan
     # k1, k2 whole; k0 split in two units (g0, g1): each has its own streams row
-    assert out.filter("table = 'streams'").count() == 4
+    assert replayed_table(out, "streams").count() == 4
     check_replay_plan(out)
 
 
@@ -294,8 +294,9 @@ def _fanned_out_xadds(spark: SparkSession) -> DataFrame:
 
 def test_replay_plan_without_split_sorts_once_by_seq(spark: SparkSession) -> None:
     """No family split: ``unit`` is the literal null split_by_group gives, a constant the
-    optimizer drops from the sort. Grouping by it too made Spark add a second sort by
-    (db, family, unit) under the UDF, which loses the seq order once it spills."""
+    optimizer drops from the sort. Grouping by it too (in the grouped UDF the replay was
+    until stop 43) made Spark add a second sort by (db, family, unit) under the UDF,
+    which loses the seq order once it spills."""
     rows = _fanned_out_xadds(spark)
     whole, stats, units = split_by_group(rows, rows, 4, 2)
     assert (stats["families_split"], units) == (0, {})
@@ -315,28 +316,40 @@ def test_the_replay_receives_the_input_schema_the_benches_feed(spark: SparkSessi
     assert got == [(f.name, f.dataType) for f in REPLAY_INPUT_SCHEMA.fields]
 
 
-def test_check_replay_plan_refuses_a_sort_by_keys_alone(spark: SparkSession) -> None:
-    """The guard itself: a plan with a second, keys-only sort under the UDF is refused."""
+def test_check_replay_plan_refuses_a_plan_that_loses_seq_order(spark: SparkSession) -> None:
+    """The guard itself: a replay function over a sort by the keys alone, over no sort at
+    all, or a grouped UDF over a second, keys-only sort, is refused."""
     rows = spark.range(1, 30).select(
         F.col("id").alias("seq"), F.lit(0).alias("db"), F.lit("k").alias("family")
     )
 
+    def nothing(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from ()
+
     def passthrough(key: Any, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         yield from ()
 
-    bad = (
-        rows.repartition(2, "db", "family")
-        .sortWithinPartitions("db", "family", "seq")
+    shuffled = rows.repartition(2, "db", "family")
+    keys_only = shuffled.sortWithinPartitions("db", "family").mapInArrow(nothing, "seq long")
+    with pytest.raises(ReplayPlanError, match="would not keep seq order"):
+        check_replay_plan(keys_only)
+    with pytest.raises(ReplayPlanError, match="would not keep seq order"):
+        check_replay_plan(shuffled.mapInArrow(nothing, "seq long"))
+    grouped = (
+        shuffled.sortWithinPartitions("db", "family", "seq")
         .groupBy("db", "family")
         .applyInArrow(passthrough, "seq long")
     )
-    with pytest.raises(ReplayPlanError, match="would not keep seq order"):
-        check_replay_plan(bad)
+    with pytest.raises(ReplayPlanError, match="no replay function"):
+        check_replay_plan(grouped)
+    check_replay_plan(
+        shuffled.sortWithinPartitions("db", "family", "seq").mapInArrow(nothing, "seq long")
+    )
 
 
 @pytest.mark.parametrize("engine", ["native", "python"])
 def test_replay_refuses_seq_going_backwards(engine: str) -> None:
-    replay = make_replay_function(Settings(profile="7.0"), 0, 0, engine=engine)
+    replay = make_family_replay(Settings(profile="7.0"), 0, 0, engine=engine)
     batch = pa.RecordBatch.from_pydict(
         {
             "seq": [1, 3, 2],
