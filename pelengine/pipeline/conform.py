@@ -7,6 +7,8 @@ of the latest ``SELECT`` before them, and ``--as-of-*`` cuts the log at a point 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -29,6 +31,7 @@ from pyspark.sql.types import (
 )
 from pyspark.sql.window import Window
 
+from pelengine.pipeline.units import is_lua_row, opens_multi
 from pelengine.schemas import (
     EVENTS_SCHEMA,
     OPTIONAL_EVENT_COLUMNS,
@@ -346,16 +349,47 @@ def resolve_db(
     )
 
 
-def last_select_db(valid: DataFrame, initial_db: int = 0) -> int:
-    """The db a row without ``db`` after these rows would get (for the next run)."""
-    is_select = (F.upper(F.get(F.col("argv"), 0)) == "SELECT") & F.col("db").isNull()
-    row = (
-        valid.filter(is_select & (F.size("argv") > 1))
-        .orderBy(F.desc("seq"))
-        .select(F.get(F.col("argv"), 1).cast("int").alias("db"))
-        .first()
+def last_select() -> Column:
+    """An aggregate: the db argument (an int, null when it is not one) of the last SELECT
+    without ``db`` that has one, by seq; null when there is none."""
+    is_select = select_without_db() & (F.size("argv") > 1)
+    return F.max_by(
+        F.when(is_select, F.get(F.col("argv"), 1).cast("int")), F.when(is_select, F.col("seq"))
     )
-    return initial_db if row is None or row["db"] is None else int(row["db"])
+
+
+def tagged_facts(tagged: DataFrame) -> tuple[dict[str, Any], dict[str, int]]:
+    """What the stages ask of the rows :func:`tag_rejected` tagged before they change them,
+    in one aggregate (one Spark action): of the valid rows ``rows``, ``max_seq``,
+    ``max_ts``, whether a SELECT lacks its db (``selects_without_db``), a MULTI is there
+    (``multi``), a script ran commands (``lua``), and the db argument of the last SELECT
+    without db (``select_db``, None: none, or not a number); and the rejected rows'
+    count by reason (the reason without its value)."""
+    kind = F.split(F.col("reason"), REASON_VALUE, 2)[0]
+    found = (
+        tagged.groupBy(kind.alias("kind"))
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.max("seq").alias("max_seq"),
+            F.max("ts_ms").alias("max_ts"),
+            F.bool_or(select_without_db()).alias("selects_without_db"),
+            F.bool_or(opens_multi()).alias("multi"),
+            F.bool_or(is_lua_row()).alias("lua"),
+            last_select().alias("select_db"),
+        )
+        .collect()
+    )
+    facts: dict[str, Any] = {"rows": 0, "max_seq": None, "max_ts": None, "select_db": None}
+    by_reason: dict[str, int] = {}
+    for row in found:
+        if row["kind"] is None:
+            facts = row.asDict()
+            del facts["kind"]
+        else:
+            by_reason[row["kind"]] = row["rows"]
+    for flag in ("selects_without_db", "multi", "lua"):
+        facts[flag] = bool(facts.get(flag))
+    return facts, by_reason
 
 
 def cut_as_of(

@@ -26,12 +26,11 @@ from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename
 from pelengine.pipeline.conform import (
     conform_events,
     cut_as_of,
-    last_select_db,
     resolve_db,
     retag_shared,
-    select_without_db,
     split_tagged,
     tag_rejected,
+    tagged_facts,
 )
 from pelengine.pipeline.replay import replay_stage, replayed_table, seed_rows, without_state
 from pelengine.pipeline.route import (
@@ -43,10 +42,8 @@ from pelengine.pipeline.route import (
 )
 from pelengine.pipeline.units import (
     EXEC_UNIT,
-    is_lua_row,
     mark_units,
     open_units_after,
-    opens_multi,
 )
 from pelengine.progress import Progress, quiet
 from pelengine.schemas import (
@@ -142,11 +139,12 @@ def reconstruct(
             first.unpersist()
             persisted.remove(first)
     valid, rejected = split_tagged(tagged)
+    # one action for the probes of the stages below and the rejected rows' counts
+    facts, rejected_by_reason = tagged_facts(tagged)
     initial_db = carry.select_db if carry is not None else 0
     carried: dict[str, Any] = {}
     if settings.incremental:
-        carried["select_db"] = last_select_db(valid, initial_db)
-    facts = _log_facts(valid)  # one action for the probes of the stages below
+        carried["select_db"] = _or(facts["select_db"], initial_db)
     windowed = facts["selects_without_db"]
     valid = resolve_db(spark, valid, initial_db, windowed)
     valid = valid.select(*(f.name for f in EVENTS_SCHEMA.fields))
@@ -292,7 +290,7 @@ def reconstruct(
         "as_of_seq": as_of_seq,
         "stopped_before_seq": stop_seq,
         "split_by_group": split_stats,
-        "events": {"valid": n_valid},
+        "events": {"valid": n_valid, "rejected_by_reason": rejected_by_reason},
         "timings_s": timings,
     }
     result = ReconstructResult(
@@ -315,24 +313,8 @@ def reconstruct(
     return result
 
 
-def _log_facts(valid: DataFrame) -> dict[str, Any]:
-    """What the stages ask of the valid rows before they change them, in one aggregate:
-    ``rows``, ``max_seq``, ``max_ts``, and whether a SELECT lacks its db
-    (``selects_without_db``), a MULTI is there (``multi``), a script ran commands
-    (``lua``)."""
-    row = valid.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.max("seq").alias("max_seq"),
-        F.max("ts_ms").alias("max_ts"),
-        F.bool_or(select_without_db()).alias("selects_without_db"),
-        F.bool_or(opens_multi()).alias("multi"),
-        F.bool_or(is_lua_row()).alias("lua"),
-    ).first()
-    assert row is not None
-    facts = row.asDict()
-    for flag in ("selects_without_db", "multi", "lua"):
-        facts[flag] = bool(facts[flag])
-    return facts
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else int(value)
 
 
 def _max(a: int | None, b: int | None) -> int | None:

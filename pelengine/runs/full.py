@@ -83,7 +83,7 @@ def _run_full(
         deletion_vectors=settings.deletion_vectors,
     )
     report["timings_s"]["write"] = round(time.monotonic() - write_started, 3)
-    count_rejected(report, result.rejected)
+    count_rejected(report)
     report["input"] = {"path": events_path, "delta_version": input_version}
     report["output"] = {**output.describe(), "rows": output_rows}
     report["keys"] = output_rows.get("streams", 0)

@@ -542,7 +542,7 @@ def run_incremental(
     if rows_rewritten:
         report["output"]["rows_rewritten"] = rows_rewritten
     report["keys"] = output_rows.get("streams", 0)
-    count_rejected(report, result.rejected)
+    count_rejected(report)
     report["incremental"]["high_seq"] = high_seq
     result.unpersist()
     return _finish(report, output, settings, spark, (started, jobs), written=True, replace=upgrade)

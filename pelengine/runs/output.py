@@ -8,10 +8,8 @@ from dataclasses import asdict
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from pelengine import storage
-from pelengine.pipeline.conform import REASON_VALUE
 from pelengine.progress import (
     Progress,
     SparkCounters,
@@ -141,14 +139,13 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def count_rejected(report: dict[str, Any], rejected: DataFrame) -> None:
-    """The report's read / rejected counts, from this run's rejected rows by reason."""
-    kind = F.split(F.col("reason"), REASON_VALUE, 2)[0].alias("reason")  # without the value
-    by_reason = {r["reason"]: r["count"] for r in rejected.groupBy(kind).count().collect()}
+def count_rejected(report: dict[str, Any]) -> None:
+    """The report's read / rejected counts, from the rejected rows' counts by reason
+    (``events.rejected_by_reason``, which the reconstruct's first aggregate gave)."""
     events = report.setdefault("events", {})
+    by_reason = events.setdefault("rejected_by_reason", {})
     events["read"] = events.get("valid", 0) + sum(by_reason.values())
     events["rejected"] = sum(by_reason.values())
-    events["rejected_by_reason"] = by_reason
 
 
 def finish_report(

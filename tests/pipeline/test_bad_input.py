@@ -21,6 +21,8 @@ from pelengine.pipeline.conform import (
     check_event_types,
     conform_events,
     split_rejected,
+    tag_rejected,
+    tagged_facts,
 )
 from pelengine.runs.full import run_reconstruct
 
@@ -194,3 +196,38 @@ def test_cli_refuses_a_string_argv_in_one_sentence(
     assert code == 1
     assert "column argv is STRING, the contract wants ARRAY<STRING> or ARRAY<BINARY>" in err
     assert "AnalysisException" not in err and "Traceback" not in err
+
+
+def test_one_aggregate_gives_the_probes_and_the_rejected_counts(spark: SparkSession) -> None:
+    """``tagged_facts``: the valid rows' count, bounds and flags, the db argument of the last
+    SELECT without db (by seq, not by row order), and the rejected rows by reason."""
+    rows = [
+        (5, 1005, None, ["SELECT", "3"]),
+        (2, 1002, None, ["SELECT", "7"]),
+        (3, 1003, 0, ["SELECT", "9"]),  # has its db: not a SELECT that sets one
+        (4, 1004, 0, ["MULTI"]),
+        (6, 1001, None, ["SELECT"]),  # no argument
+        (None, 1006, 0, ["XADD", "s", "1-0", "f", "v"]),
+        (8, 1008, 0, None),
+        (9, 1009, 0, []),
+    ]
+    df = spark.createDataFrame(rows, "seq BIGINT, ts_ms BIGINT, db INT, argv ARRAY<STRING>")
+    tagged = tag_rejected(conform_events(df), shared=False)
+    facts, by_reason = tagged_facts(tagged)
+    assert facts == {
+        "rows": 5,
+        "max_seq": 6,
+        "max_ts": 1005,
+        "selects_without_db": True,
+        "multi": True,
+        "lua": False,
+        "select_db": 3,
+    }
+    assert by_reason == {"null seq": 1, "null argv": 1, "empty argv": 1}
+    # no SELECT that sets a db, no rejected row
+    facts, by_reason = tagged_facts(tagged.filter("seq = 4"))
+    assert (facts["rows"], facts["select_db"], facts["selects_without_db"]) == (1, None, False)
+    assert by_reason == {}
+    # nothing at all
+    facts, by_reason = tagged_facts(tagged.filter("seq = 100"))
+    assert (facts["rows"], facts["max_seq"], facts["multi"], by_reason) == (0, None, False, {})
