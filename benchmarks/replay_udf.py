@@ -5,7 +5,8 @@ Generates ``--events`` events (``pelengine.synth``, default 300k over ``--keys``
 tied by RENAME or a multi-stream XREADGROUP share a family, FLUSHDB/FLUSHALL reach
 every family as fan-out rows), cuts each family's rows, in seq order, into Arrow
 batches of ``--batch-rows`` (Spark's ``maxRecordsPerBatch``, 10,000) with the
-columns the job's replay reads, and feeds them through ``make_family_replay``
+columns the job's replay reads, and feeds them through
+``one_family(make_replay_function(...))``
 (no Spark: the function is called as the worker calls it). Measured with
 ``time.process_time()``: the replay (reading batches, the model, writing output
 batches) and, apart, the router. The output is digested (rows per table and a sha
@@ -139,10 +140,12 @@ def replay_all(
     batches: dict[tuple[int, str], list[pa.RecordBatch]], profile: str, engine: str = "python"
 ) -> tuple[float, list[pa.RecordBatch]]:
     """Every family through the replay function of ``engine``: (CPU seconds, output batches)."""
-    from pelengine.engine.udf import make_family_replay
+    from pelengine.engine.udf import make_replay_function, one_family
     from pelengine.settings import Settings
 
-    fn = make_family_replay(Settings(profile=profile), 1_800_000_000_000, 10**12, engine=engine)
+    fn = one_family(
+        make_replay_function(Settings(profile=profile), 1_800_000_000_000, 10**12, engine=engine)
+    )
     out: list[pa.RecordBatch] = []
     start = time.process_time()
     for (db, fam), fam_batches in batches.items():

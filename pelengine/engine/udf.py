@@ -192,31 +192,31 @@ def make_replay_function(
     return replay
 
 
-def make_family_replay(
-    settings: Settings,
-    as_of_ms: int,
-    as_of_seq: int,
-    *,
-    mark_seq: int | None = None,
-    unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
-    engine: str = "python",
-) -> Callable[[tuple[Any, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The replay of ``make_replay_function`` for one family whose key (Arrow scalars:
-    db, family[, unit]) is given and whose batches need hold no key columns: the form of
-    a grouped Arrow UDF, which the tests and ``make bench-udf`` call directly."""
-    start = _starter(settings, as_of_ms, as_of_seq, mark_seq, unit_groups, engine)
-    packed_schema = _arrow_schema(REPLAY_PACKED_SCHEMA)
+def one_family(
+    partition: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+) -> Callable[[tuple[pa.Scalar, ...], Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``partition`` (a ``make_replay_function``) as the replay of one family whose key
+    (Arrow scalars: db, family[, unit]) is given apart from its batches, the form of a
+    grouped Arrow UDF that the tests and ``make bench-udf`` call: the key's values are
+    set in every batch (its key columns added, or replaced in their own types)."""
+    names = ("db", "family", "unit")
+
+    def keyed(key: tuple[pa.Scalar, ...], batch: pa.RecordBatch) -> pa.RecordBatch:
+        for name, value in zip(names, key, strict=False):
+            at = batch.schema.get_field_index(name)
+            kind = batch.schema.field(at).type if at >= 0 else None
+            kind = kind or (pa.int32() if name == "db" else pa.string())
+            constant = pa.repeat(pa.scalar(value.as_py(), kind), batch.num_rows)
+            if at >= 0:
+                batch = batch.set_column(at, batch.schema.field(at), constant)
+            else:
+                batch = batch.append_column(pa.field(name, kind), constant)
+        return batch
 
     def replay(
         key: tuple[pa.Scalar, ...], batches: Iterator[pa.RecordBatch]
     ) -> Iterator[pa.RecordBatch]:
-        out = _Packer(packed_schema)
-        family_replay = start(tuple(k.as_py() for k in key))
-        for batch in batches:
-            out.add(family_replay.feed(unwrap_state(batch)))
-            yield from out.full()
-        out.add(family_replay.finish())
-        yield from out.rest()
+        return partition(keyed(key, batch) for batch in batches)
 
     return replay
 

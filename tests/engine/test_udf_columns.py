@@ -121,7 +121,7 @@ def test_replay_writes_the_models_rows(
 ) -> None:
     monkeypatch.setattr(arrow, "OUTPUT_BATCH_ROWS", output_rows)
     rows = _events()
-    replay = udf.make_family_replay(Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ)
+    replay = udf.one_family(udf.make_replay_function(Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ))
     got = _got(list(replay((pa.scalar(0), pa.scalar("f")), iter(_batches(rows, input_rows)))))
     expected = _expected(rows)
     stats = got.pop("stats")
@@ -138,8 +138,10 @@ def test_a_unit_of_a_split_family_writes_its_groups_rows_only() -> None:
     groups = sorted({r["group"] for r in expected["group_incarnations"]})
     assert len(groups) > 1
     mine = groups[:1]
-    replay = udf.make_family_replay(
-        Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ, unit_groups={(0, "f", "1"): mine}
+    replay = udf.one_family(
+        udf.make_replay_function(
+            Settings(profile="7.0"), AS_OF_MS, AS_OF_SEQ, unit_groups={(0, "f", "1"): mine}
+        )
     )
     key = (pa.scalar(0), pa.scalar("f"), pa.scalar("1"))
     got = _got(list(replay(key, iter(_batches(rows, 500, unit="1")))))
@@ -237,8 +239,10 @@ def test_a_partition_replays_its_families_one_after_another(engine: str, size: i
     counts = [600, 1, 250, 600, 600]
     expected: dict[str, list[str]] = {}
     for key, count in zip(keys, counts, strict=True):
-        one = udf.make_family_replay(
-            settings, AS_OF_MS, AS_OF_SEQ, unit_groups=units, engine=engine
+        one = udf.one_family(
+            udf.make_replay_function(
+                settings, AS_OF_MS, AS_OF_SEQ, unit_groups=units, engine=engine
+            )
         )
         scalars = (pa.scalar(key[0], pa.int32()), pa.scalar(key[1]), pa.scalar(key[2]))
         for table, table_rows in _got(list(one(scalars, iter(family_batches(key, count))))).items():

@@ -1,6 +1,6 @@
 """The native core's Python face (``pelengine_native``) against the Python model.
 
-``FamilyReplay`` is held to the Python replay UDF (``make_family_replay``, called
+``FamilyReplay`` is held to the Python replay UDF (``one_family(make_replay_function(...))``, called
 in-process as a Spark worker calls it) on the same Arrow batches, ``Replayer`` to the
 Python ``Replayer`` and ``snapshot_columns``: tables compared as sorted rows. No Spark.
 
@@ -167,7 +167,9 @@ def python_replay(
     unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
 ) -> dict[str, list[Row]]:
     """The Python replay UDF's output rows, per table."""
-    fn = udf.make_family_replay(settings, AS_OF_MS, AS_OF_SEQ, unit_groups=unit_groups)
+    fn = udf.one_family(
+        udf.make_replay_function(settings, AS_OF_MS, AS_OF_SEQ, unit_groups=unit_groups)
+    )
     scalars = tuple(pa.scalar(k) for k in key)
     scalars = (pa.scalar(key[0], pa.int32()), *scalars[1:])
     tables: dict[str, list[Row]] = {}

@@ -1,7 +1,7 @@
 """Keeping state on both engines: a night saved by either engine is resumed by the other.
 
-The replay UDF (``make_family_replay`` with ``Settings(incremental=True)``) is called
-in-process on each engine, as a Spark worker calls it, with the generated workload routed
+The replay UDF (``one_family(make_replay_function(...))``, ``Settings(incremental=True)``)
+is called in-process on each engine, as a Spark worker calls it, with the generated workload routed
 as the job routes it (``benchmarks/replay_udf.py``). A second night gets each family's
 saved model as the ``state`` column of a seed row that sorts first (``seq`` its
 ``applied_seq``, no ``argv``: as ``pipeline/replay.py``'s ``seed_rows`` builds it).
@@ -102,12 +102,14 @@ def replay(
     mark_seq: int | None = None,
 ) -> dict[Key, Tables]:
     """Each family's rows through the incremental replay of ``engine``: its tables."""
-    fn = udf.make_family_replay(
-        Settings(profile=profile, incremental=True),
-        AS_OF_MS,
-        AS_OF_SEQ,
-        mark_seq=mark_seq,
-        engine=engine,
+    fn = udf.one_family(
+        udf.make_replay_function(
+            Settings(profile=profile, incremental=True),
+            AS_OF_MS,
+            AS_OF_SEQ,
+            mark_seq=mark_seq,
+            engine=engine,
+        )
     )
     out: dict[Key, Tables] = {}
     for (db, family), rows in families.items():

@@ -4,7 +4,7 @@ The generated workload (``pelengine.synth``, with faults: invalid commands, bad 
 other types, transactions...) is routed the way the job routes it (``make_router``;
 RENAME and multi-stream XREADGROUP tie keys into families, FLUSHDB/FLUSHALL reach every
 family as fan-out rows) by ``benchmarks/replay_udf.py``, and every family's batches go
-through ``make_family_replay(engine="python")`` and ``(engine="native")``: the
+through ``one_family(make_replay_function(engine="python"))`` and ``(engine="native")``: the
 unpacked rows of every table (history, state, outcome, stats) must be equal.
 """
 

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from pelengine.engine.errors import SeqOrderError
-from pelengine.engine.udf import make_family_replay
+from pelengine.engine.udf import make_replay_function, one_family
 from pelengine.model import Replayer, snapshot_tables
 from pelengine.pipeline import conform
 from pelengine.pipeline.reconstruct import reconstruct
@@ -349,7 +349,7 @@ def test_check_replay_plan_refuses_a_plan_that_loses_seq_order(spark: SparkSessi
 
 @pytest.mark.parametrize("engine", ["native", "python"])
 def test_replay_refuses_seq_going_backwards(engine: str) -> None:
-    replay = make_family_replay(Settings(profile="7.0"), 0, 0, engine=engine)
+    replay = one_family(make_replay_function(Settings(profile="7.0"), 0, 0, engine=engine))
     batch = pa.RecordBatch.from_pydict(
         {
             "seq": [1, 3, 2],

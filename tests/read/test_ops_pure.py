@@ -250,7 +250,7 @@ def test_replay_error_names_the_event(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = family.Replayer.apply
     monkeypatch.setattr(family.Replayer, "apply", broken)
-    replay = udf.make_family_replay(Settings(profile="7.0"), 10, 3)
+    replay = udf.one_family(udf.make_replay_function(Settings(profile="7.0"), 10, 3))
     batch = pa.RecordBatch.from_pydict(
         {
             "seq": [1, 2],
