@@ -331,6 +331,9 @@ class Workload:
         scheduled: list[tuple[int, Callable[[], None]]] = [
             (self.n // 3, lambda: self.cmd_unit("EXECABORT")),
             (2 * self.n // 3, lambda: self.cmd_unit("DISCARD")),
+            # a RENAME that succeeds: the drawn ones (~8 in 2,000 commands, their sources
+            # at the mercy of earlier DELs and FLUSHDBs) can all fail in a slow run
+            (5 * self.n // 6, self.cmd_rename_present),
         ]
         if self.allow_flushdb and shape_flushes(self.shape):
             scheduled.append((self.n // 2, self.cmd_flushdb))
@@ -872,6 +875,13 @@ class Workload:
         if rng.random() < 0.04 and self.k.string_present:
             src = STRING_KEY  # a string replaces a stream (or moves to a free name)
         self.send([self.kw(rng.choice(["RENAME", "RENAMENX"])), src, dst])
+
+    def cmd_rename_present(self) -> None:
+        """A RENAME whose source exists: an XADD to it first creates it (or fails on a
+        key of another type, which exists as well), so the RENAME succeeds."""
+        src, dst = self.rng.sample(STREAM_KEYS, 2)
+        self.send(["XADD", src, "*", "f", "v"], star_index=2)
+        self.send([self.kw("RENAME"), src, dst])
 
     def cmd_flushdb(self) -> None:
         self.send([self.kw("FLUSHDB"), *self.rng.choice([[], ["ASYNC"], ["SYNC"]])])
