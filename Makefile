@@ -60,6 +60,7 @@ help: ## list the targets
 	@echo "variables: PYTHON=$(PYTHON) CONF=$(CONF) DEMO=$(DEMO) PYTEST_ARGS=... TEST_WORKERS=$(TEST_WORKERS) BENCH_ARGS=..."
 	@echo "           PELENGINE_NATIVE=0 (do not build the native engine) PELENGINE_REQUIRE_NATIVE=1 (fail when it is not built)"
 	@echo "           PELENGINE_TEST_HEAVY=1 (make test: also the heavier store matrix, tests marked heavy)"
+	@echo "           PELENGINE_TEST_CODEGEN=1 (make test: sessions keep Spark code generation, as users have it)"
 	@echo "           NATIVE_COMPAT=$(NATIVE_COMPAT) MATURIN_ARGS=... (make dist's native wheel)"
 	@echo "cargo: $(or $(CARGO),not found: the native engine is not built)"
 

@@ -21,6 +21,34 @@ SHORT_LIVED_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 LONG_LIVED_JVM = "-XX:+UseSerialGC"
 os.environ.setdefault("JAVA_TOOL_OPTIONS", SHORT_LIVED_JVM)
 
+# Spark's code generation (whole-stage, and the projections and predicates it compiles with
+# Janino) pays off over millions of rows; the suite's runs have hundreds, and most plans
+# carry a run's own literals, so each run compiles anew. Profiled (JFR) on a warm session,
+# a 300-event run on delta-spark spent about a sixth of its JVM time in Janino; with code
+# generation off it took 8.9 JVM CPU-s instead of 11.1, and its first run 50 instead of 61
+# (tables and plans are Spark's either way: interpreted evaluation is its fallback for
+# every expression). The suite's sessions and every JVM its children start through
+# spark-submit (CLI children, the Connect server) get it through a spark-defaults.conf;
+# PELENGINE_TEST_CODEGEN=1 keeps code generation on, as users' sessions have it.
+TEST_SPARK_CONF = (
+    {}
+    if os.environ.get("PELENGINE_TEST_CODEGEN", "") == "1"
+    else {
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    }
+)
+if TEST_SPARK_CONF and "SPARK_CONF_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _conf_dir = tempfile.mkdtemp(prefix="pelengine-test-spark-conf-")
+    atexit.register(shutil.rmtree, _conf_dir, True)
+    with open(os.path.join(_conf_dir, "spark-defaults.conf"), "w") as _defaults:
+        _defaults.writelines(f"{k} {v}\n" for k, v in TEST_SPARK_CONF.items())
+    os.environ["SPARK_CONF_DIR"] = _conf_dir
+
 
 #: The Delta Lake this test run's sessions use: "delta-spark" (Delta Lake on the JVM:
 #: delta-spark's jars, which `make install` fetches into jars/lib; "native", its older name,
@@ -116,6 +144,8 @@ def spark_builder(app_name: str = "pelengine-tests") -> object:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")
     )
+    for key, value in TEST_SPARK_CONF.items():
+        builder = builder.config(key, value)
     for key, value in session_conf(STORE).conf.items():
         builder = builder.config(key, value)
     return builder
