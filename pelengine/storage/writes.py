@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pelengine.storage.choice import EMBEDDED, persist_where_allowed, storage_mode
+from pelengine.storage.choice import (
+    EMBEDDED,
+    is_remote_session,
+    persist_where_allowed,
+    storage_mode,
+)
 from pelengine.storage.errors import StoreCannotWriteError, concurrent_write_error
 from pelengine.storage.names import Table, TableRef, require_delta_spark
 from pelengine.storage.versions import table_exists
@@ -192,6 +197,44 @@ def replace_rows(
     the distinct keys tagged for deletion (an insertion never matches, a deletion never
     inserts). Embedded: the same merge through delta-rs, from the rows collected as Arrow
     (a night's changed rows, not the history)."""
+    # ``df`` feeds both sides of the source (its rows and its keys) and may read the
+    # history (a night's delivery_counts reads the table's previous rows): computed once,
+    # into a plan of its own (see _materialized)
+    rows, cached = _materialized(df)
+    try:
+        return _replace_rows(rows, path, keys, where, delete_keys, null_safe)
+    finally:
+        if cached:
+            rows.unpersist()
+
+
+def _materialized(df: DataFrame) -> tuple[DataFrame, bool]:
+    """``df`` computed once, for the few actions of one merge. On a classic session a
+    local checkpoint, whose plan is one leaf, so the emptiness check, the key set and the
+    MERGE do not analyze and plan the run's whole lineage again (a 1% night's
+    delivery_counts merge after 1M events: 15 to 17 s and 29 to 32 CPU-s instead of 27 to
+    31 s and 50 to 57). Like the MERGE's own materialized source it lives on the
+    executors: an executor lost before the commit fails the run, and the re-run finishes
+    it. Over Spark Connect (whose client cannot send a checkpoint of a plan that deep) and
+    where checkpoints are refused: ``df`` persisted (True: to unpersist), or as it is."""
+    if not is_remote_session(df.sparkSession):
+        try:
+            return df.localCheckpoint(eager=True), False
+        except Exception as exc:  # a platform without checkpoints
+            if "checkpoint" not in str(exc).lower() and "NOT_SUPPORTED" not in str(exc):
+                raise
+    kept = persist_where_allowed(df)
+    return (kept, True) if kept is not None else (df, False)
+
+
+def _replace_rows(
+    df: DataFrame,
+    path: TableRef,
+    keys: tuple[str, ...],
+    where: str | None,
+    delete_keys: DataFrame | None,
+    null_safe: bool,
+) -> dict[str, int]:
     from pyspark.sql import functions as F
 
     spark = df.sparkSession
@@ -219,7 +262,7 @@ def replace_rows(
         return _replace_rows_embedded(source, path, columns, match)
     if isinstance(path, Table):
         require_delta_spark(spark, str(path))
-    # computed once for the emptiness check and the merge (it may read the history)
+    # computed once for the emptiness check and the merge
     cached = persist_where_allowed(source)
     try:
         return _merge_delta_spark(cached if cached is not None else source, path, columns, match)

@@ -650,3 +650,34 @@ def test_caching_is_skipped_where_the_platform_refuses_it() -> None:
     assert storage.persist_where_allowed(Refused()) is None  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="boom"):
         storage.persist_where_allowed(Broken())  # type: ignore[arg-type]
+
+
+def test_a_merge_source_is_persisted_where_checkpoints_are_refused() -> None:
+    from pelengine.storage.writes import _materialized
+
+    class Frame:
+        def __init__(self, checkpoint_error: Exception | None) -> None:
+            self.checkpoint_error = checkpoint_error
+            self.persisted = False
+            self.sparkSession = object()  # a classic session's place
+
+        def localCheckpoint(self, eager: bool) -> Any:  # noqa: N802 (Spark's name)
+            assert eager
+            if self.checkpoint_error is not None:
+                raise self.checkpoint_error
+            return "checkpointed"
+
+        def persist(self) -> Any:
+            self.persisted = True
+            return self
+
+    assert _materialized(Frame(None)) == ("checkpointed", False)  # type: ignore[arg-type]
+    refused = Frame(RuntimeError("[NOT_SUPPORTED_WITH_SERVERLESS] LOCAL CHECKPOINT"))
+    assert _materialized(refused) == (refused, True)  # type: ignore[arg-type]
+    assert refused.persisted
+    with pytest.raises(RuntimeError, match="boom"):  # computing the rows failed: said
+        _materialized(Frame(RuntimeError("boom")))  # type: ignore[arg-type]
+    # a Connect client cannot send a checkpoint of a deep plan: persisted instead
+    remote = Frame(AssertionError("a Connect DataFrame is not checkpointed"))
+    remote.sparkSession = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
+    assert _materialized(remote) == (remote, True)  # type: ignore[arg-type]
