@@ -671,13 +671,21 @@ def test_a_merge_source_is_persisted_where_checkpoints_are_refused() -> None:
             self.persisted = True
             return self
 
-    assert _materialized(Frame(None)) == ("checkpointed", False)  # type: ignore[arg-type]
+    assert _materialized(Frame(None)) == ("checkpointed", "checkpoint")  # type: ignore[arg-type]
     refused = Frame(RuntimeError("[NOT_SUPPORTED_WITH_SERVERLESS] LOCAL CHECKPOINT"))
-    assert _materialized(refused) == (refused, True)  # type: ignore[arg-type]
+    assert _materialized(refused) == (refused, "cached")  # type: ignore[arg-type]
     assert refused.persisted
     with pytest.raises(RuntimeError, match="boom"):  # computing the rows failed: said
         _materialized(Frame(RuntimeError("boom")))  # type: ignore[arg-type]
     # a Connect client cannot send a checkpoint of a deep plan: persisted instead
     remote = Frame(AssertionError("a Connect DataFrame is not checkpointed"))
     remote.sparkSession = type("SparkSession", (), {"__module__": "pyspark.sql.connect.session"})()
-    assert _materialized(remote) == (remote, True)  # type: ignore[arg-type]
+    assert _materialized(remote) == (remote, "cached")  # type: ignore[arg-type]
+
+    # a platform refusing both: the rows as they are, nothing to unpersist
+    class Uncached(Frame):
+        def persist(self) -> Any:
+            raise RuntimeError("[NOT_SUPPORTED_WITH_SERVERLESS] PERSIST TABLE")
+
+    bare = Uncached(RuntimeError("[NOT_SUPPORTED_WITH_SERVERLESS] LOCAL CHECKPOINT"))
+    assert _materialized(bare) == (bare, None)  # type: ignore[arg-type]
