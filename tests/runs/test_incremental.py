@@ -18,7 +18,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -39,6 +38,7 @@ from pelengine.schemas import (
 from pelengine.settings import Settings
 from pelengine.storage import read_table, table_version, write_table
 from pelengine.synth import generate_events
+from tests.frames import assert_same_rows
 
 pytestmark = pytest.mark.spark
 
@@ -111,7 +111,7 @@ def assert_tables_equal(spark: SparkSession, a: Path, b: Path) -> None:
     for name in (*OUTPUT_TABLES, "rejected_events"):
         left = read_table(spark, str(a / name))
         right = read_table(spark, str(b / name))
-        assert_df_equality(left, right, ignore_row_order=True, ignore_nullable=True)
+        assert_same_rows(left, right, what=name)
 
 
 @pytest.mark.stores  # on both stores (make test)
