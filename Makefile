@@ -106,7 +106,7 @@ notebook: install ## run notebooks/explore_run.ipynb on the demo output (after `
 
 # `make test` runs the suite on delta-spark, then the tests marked `stores` (and those of
 # the embedded store itself) on the embedded store; without the jars, all on the embedded one.
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: install ## run the test suite on TEST_WORKERS workers, delta-spark then the embedded store (PYTEST_ARGS="-k ..." to narrow)
 	@if $(BIN)/python jars/fetch.py --check >/dev/null; then \
 	  echo "make test: pass 1 of 2, delta-spark (Delta Lake on the JVM)"; \

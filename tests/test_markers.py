@@ -60,3 +60,13 @@ def test_a_test_using_spark_without_the_marker_fails(pytester: pytest.Pytester) 
     # -m "not spark" selects the unmarked ones, and they fail there too
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "not spark")
     result.assert_outcomes(passed=1, errors=2, deselected=1)
+
+
+def test_the_slowest_files_named_first_exist() -> None:
+    """conftest's SLOWEST_FILES orders the suite's files for its workers: a file renamed or
+    gone would fall silently to the end of the order."""
+    from tests.conftest import SLOWEST_FILES
+
+    root = CONFTEST.parent.parent
+    assert len(set(SLOWEST_FILES)) == len(SLOWEST_FILES)
+    assert [p for p in SLOWEST_FILES if not (root / p).is_file()] == []
