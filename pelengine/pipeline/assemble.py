@@ -86,24 +86,31 @@ def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> Dat
     return out.select(*TABLE_COLUMNS["delivery_counts"])
 
 
-def report_facts(routed: DataFrame, replayed: DataFrame, report: dict[str, Any]) -> None:
+def report_facts(
+    routed: DataFrame, replayed: DataFrame, report: dict[str, Any], *, families: bool = False
+) -> list[tuple[int, str]]:
     """The report's outcome counts (:func:`_count_outcomes`) and its ``starting_state``
     (:func:`_starting_state`), from one Spark action: the four small aggregates they read,
-    unioned under a ``part`` column and collected together."""
+    unioned under a ``part`` column and collected together. With ``families`` (a night)
+    the same action also gives the ``(db, family)`` of every family the replay kept a
+    state for (the families it replayed), returned; else none."""
     parts = [
         _aggregate_part("pre", _pre_outcomes(routed)),
         _aggregate_part("stats", _replay_stats(replayed)),
         _aggregate_part("outcome", _fan_out_outcomes(routed, replayed)),
         _aggregate_part("load", _loads(routed)),
     ]
+    if families:
+        parts.append(_aggregate_part("family", replayed_table(replayed, "state")))
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    rows: dict[str, list[Any]] = {"pre": [], "stats": [], "outcome": [], "load": []}
+    rows: dict[str, list[Any]] = {"pre": [], "stats": [], "outcome": [], "load": [], "family": []}
     for row in union.collect():
         rows[row["part"]].append(row)
     _count_outcomes(rows["pre"], rows["stats"], rows["outcome"], report)
     report["starting_state"] = _starting_state(rows["load"])
+    return [(int(r["db"]), str(r["family"])) for r in rows["family"]]
 
 
 #: the columns every part of :func:`report_facts`'s union has (null where a part has none)
@@ -116,6 +123,8 @@ _FACT_COLUMNS = {
     "first_seq": "long",
     "last_seq": "long",
     "snapshot_ms": "long",
+    "db": "int",
+    "family": "string",
 }
 
 

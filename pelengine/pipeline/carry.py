@@ -35,6 +35,8 @@ class Carry:
     waits: list[tuple[str, int, str]]  # (client, db, family) of every blocking read so far
     select_db: int = 0  # the db of the last SELECT (for rows that carry none)
     open_units: dict[str, int | None] = field(default_factory=dict)  # 7.2+ MULTI left open
+    # the (db, family) of every row of ``states``, when read with them (else collected)
+    family_keys: set[tuple[int, str]] | None = None
 
 
 def rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> DataFrame:

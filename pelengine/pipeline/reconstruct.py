@@ -186,7 +186,9 @@ def reconstruct(
     renamed: dict[tuple[int, str], str] = {}
     states_in = carry.states if carry is not None else None
     if carry is not None:
-        saved = {(r["db"], r["family"]) for r in carry.states.select("db", "family").collect()}
+        saved = carry.family_keys
+        if saved is None:
+            saved = {(r["db"], r["family"]) for r in carry.states.select("db", "family").collect()}
     families = family_map(spark, valid, carry.family_of if carry else None, saved, renamed)
     if renamed and states_in is not None:
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
@@ -245,6 +247,25 @@ def reconstruct(
         persisted,
         StorageLevel.DISK_ONLY,
     )
+    report: dict[str, Any] = {
+        "profile": profile,
+        "profile_reason": profile_reason,
+        "engine": engine,
+        "engine_reason": engine_reason,
+        "stream_node_max": {
+            "entries": settings.node_max_entries,
+            "bytes": settings.node_max_bytes,
+        },
+        "as_of_ms": as_of_ms,
+        "as_of_seq": as_of_seq,
+        "stopped_before_seq": stop_seq,
+        "split_by_group": split_stats,
+        "events": {"valid": n_valid, "rejected_by_reason": rejected_by_reason},
+        "timings_s": timings,
+    }
+    # one action: the report's counts, and on a night the families the replay kept a state
+    # for (the replayed families every carried table and the state leave out)
+    replayed_keys = report_facts(routed, replayed, report, families=carry is not None)
     tables = {
         name: replayed_table(replayed, name).select(*TABLE_COLUMNS[name]) for name in OUTPUT_TABLES
     }
@@ -256,7 +277,11 @@ def reconstruct(
         states = replayed_table(replayed, "state").select(*state_cols, "mark_n", "mark_x")
         if carry is not None:
             assert states_in is not None
-            replayed_families = states.select("db", "family")
+            # the replayed families as the rows they are: no decoding of the replay's state
+            # rows again for each table that leaves them out (from Arrow, so no Python
+            # worker reads them back either)
+            replayed_families = _family_frame(spark, sorted(replayed_keys))
+            carried["families"] = _family_counts(replayed_keys, saved or set(), renamed)
             old_counts = carry.previous.get("delivery_counts")
             if old_counts is not None:
                 # the replayed families' rows so far: the first segment of their entries
@@ -277,22 +302,6 @@ def reconstruct(
             carried["renamed"] = dict(renamed)
     if carry is None:
         tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
-    report: dict[str, Any] = {
-        "profile": profile,
-        "profile_reason": profile_reason,
-        "engine": engine,
-        "engine_reason": engine_reason,
-        "stream_node_max": {
-            "entries": settings.node_max_entries,
-            "bytes": settings.node_max_bytes,
-        },
-        "as_of_ms": as_of_ms,
-        "as_of_seq": as_of_seq,
-        "stopped_before_seq": stop_seq,
-        "split_by_group": split_stats,
-        "events": {"valid": n_valid, "rejected_by_reason": rejected_by_reason},
-        "timings_s": timings,
-    }
     result = ReconstructResult(
         tables,
         rejected,
@@ -303,7 +312,6 @@ def reconstruct(
         states=states,
         carried=carried,
     )
-    report_facts(routed, replayed, report)
     ev = report["events"]
     lap(
         "replay",
@@ -311,6 +319,32 @@ def reconstruct(
         "(Redis errors)",
     )
     return result
+
+
+def _family_frame(spark: SparkSession, keys: list[tuple[int, str]]) -> DataFrame:
+    """A DataFrame (``db`` INT, ``family`` STRING) of ``keys``."""
+    import pyarrow as pa
+
+    table = pa.table(
+        {
+            "db": pa.array([db for db, _ in keys], pa.int32()),
+            "family": pa.array([family for _, family in keys], pa.string()),
+        }
+    )
+    return spark.createDataFrame(table)
+
+
+def _family_counts(
+    replayed: list[tuple[int, str]],
+    saved: set[tuple[int, str]],
+    renamed: dict[tuple[int, str], str],
+) -> dict[str, int]:
+    """A night's family counts for its report: the families it replayed, and every family
+    it keeps a state for (those and the saved families it carries unchanged: a saved
+    family merged into another by new events is one of the replayed ones)."""
+    again = set(replayed)
+    carried = {(db, renamed.get((db, f), f)) for db, f in saved} - again
+    return {"replayed": len(again), "total": len(again) + len(carried)}
 
 
 def _or(value: int | None, default: int) -> int:

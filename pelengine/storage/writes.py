@@ -232,14 +232,14 @@ def _materialized(df: DataFrame) -> tuple[DataFrame, str | None]:
 MERGE_ROWS_PER_FILE = 1_000_000
 
 
-def _merge_partitions(rows: DataFrame) -> int:
+def _merge_partitions(rows: int) -> int:
     """How many partitions a merge's source gets on delta-spark: one per
-    ``MERGE_ROWS_PER_FILE`` of ``rows`` (already computed, so counting them is cheap).
+    ``MERGE_ROWS_PER_FILE`` of its ``rows`` (already computed, so counted cheaply).
     Left as it was, the source kept the partitions of the plan it came from (the replay's,
     the union's, the key set's shuffle), and the MERGE wrote a file per partition even for
     a handful of rows: a night's 39 state rows went out as five files, from ten tasks
     each opening a Parquet writer for the state's 150 leaf columns."""
-    return max(1, -(-rows.count() // MERGE_ROWS_PER_FILE))
+    return max(1, -(-rows // MERGE_ROWS_PER_FILE))
 
 
 def _replace_rows(
@@ -279,7 +279,14 @@ def _replace_rows(
     if isinstance(path, Table):
         require_delta_spark(spark, str(path))
     if computed:
-        source = source.coalesce(_merge_partitions(df))
+        # the rows are computed: their count sizes the merge's files, and says whether
+        # there is anything to merge (rows, or keys given to delete) without another pass
+        n = df.count()
+        if n == 0 and delete_keys is None:
+            return {"inserted": 0, "deleted": 0}
+        source = source.coalesce(_merge_partitions(n))
+        if n:
+            return _merge_delta_spark(source, path, columns, match, empty=False)
     # computed once for the emptiness check and the merge
     cached = persist_where_allowed(source)
     try:
@@ -290,10 +297,12 @@ def _replace_rows(
 
 
 def _merge_delta_spark(
-    source: DataFrame, path: TableRef, columns: list[str], match: str
+    source: DataFrame, path: TableRef, columns: list[str], match: str, empty: bool | None = None
 ) -> dict[str, int]:
+    """The MERGE of ``source`` (see :func:`replace_rows`); ``empty``: whether ``source``
+    has no rows, when the caller knows (else it is checked, one more pass)."""
     spark = source.sparkSession
-    if source.isEmpty():
+    if empty if empty is not None else source.isEmpty():
         return {"inserted": 0, "deleted": 0}
     view = f"_pelengine_merge_{id(source):x}"
     source.createOrReplaceTempView(view)
