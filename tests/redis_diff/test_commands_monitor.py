@@ -31,7 +31,6 @@ from tests.redis_diff.aof_support import aof_dir, aof_server
 from tests.redis_diff.capture import Record
 from tests.redis_diff.harness import STREAM_WRITES, UNJUDGED, check_model, save_failure
 from tests.redis_diff.monitor_capture import (
-    MONITOR_TOLERANCE_MS,
     MonitorCapture,
     align,
     remap_checkpoints,
@@ -129,7 +128,7 @@ def test_monitor_capture_replays_to_the_server_state(
         truth,
         remap_checkpoints(result.checkpoints, aligned.seq_of),
         profile=server.profile,
-        tolerance_ms=MONITOR_TOLERANCE_MS,
+        tolerance_ms=aligned.tolerance_ms,
     )
     id_mismatches = xadd_id_mismatches(aligned.records, profile=server.profile)
     unjudged = sum(
@@ -144,7 +143,8 @@ def test_monitor_capture_replays_to_the_server_state(
         f"{len(blocked)} blocked reads ({len(served)} served), "
         f"XADD '*' {aligned.star_xadds} (flagged uncertain by the parser "
         f"{len(aligned.stats.star_uncertain)}, capture ms after the ID's ms "
-        f"{len(aligned.star_ms_later)}); {pins.describe()}"
+        f"{len(aligned.star_ms_later)}); {pins.describe()}; lines stamped up to "
+        f"{aligned.late_ms} ms after sending (tolerance {aligned.tolerance_ms} ms)"
     )
     for line in aligned.star_ms_later[:5]:
         print("  XADD '*' across a ms boundary:", line)

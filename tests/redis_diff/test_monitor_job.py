@@ -18,7 +18,6 @@ from tests.redis_diff.aof_support import aof_dir, aof_server
 from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.harness import UNJUDGED, check_job_changes, pending_delivery_counts
 from tests.redis_diff.monitor_capture import (
-    MONITOR_TOLERANCE_MS,
     MonitorCapture,
     align,
     run_blocking_phase,
@@ -75,7 +74,7 @@ def test_capture_through_cli_and_job_matches_redis(
     got = {name: [r.asDict() for r in t.collect()] for name, t in result.tables.items()}
     got = {name: [r for r in rows if r.get("db") in dbs] for name, rows in got.items()}
 
-    problems = compare_tables(truth, got, TABLES, MONITOR_TOLERANCE_MS) + pending_delivery_counts(
+    problems = compare_tables(truth, got, TABLES, aligned.tolerance_ms) + pending_delivery_counts(
         truth, got
     )
     judged = [r for r in aligned.records if r.note != UNJUDGED]

@@ -42,7 +42,6 @@ from tests.redis_diff.harness import (
     pending_delivery_counts,
 )
 from tests.redis_diff.monitor_capture import (
-    MONITOR_TOLERANCE_MS,
     MonitorCapture,
     align,
     run_blocking_phase,
@@ -137,7 +136,7 @@ def test_rdb_then_monitor_through_cli_and_job(
         truth,
         profile=profile,
         start=loads,
-        tolerance_ms=MONITOR_TOLERANCE_MS,
+        tolerance_ms=aligned.tolerance_ms,
     )
     print(verdict.summary())
     assert verdict.ok, verdict.report()
@@ -148,7 +147,7 @@ def test_rdb_then_monitor_through_cli_and_job(
     assert (start["first_seq"], start["last_seq"]) == (1, n_load)
     got = collect_tables(result)
     got = {name: [r for r in table if r.get("db") in DBS] for name, table in got.items()}
-    problems = compare_tables(truth, got, TABLES, MONITOR_TOLERANCE_MS) + pending_delivery_counts(
+    problems = compare_tables(truth, got, TABLES, aligned.tolerance_ms) + pending_delivery_counts(
         truth, got
     )
     change_problems = check_job_changes(judged, got.get("ownership_changes", []))
