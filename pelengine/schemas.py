@@ -163,6 +163,11 @@ STATE_TABLE = "_state"
 #: delta-spark they get deletion vectors (Settings.deletion_vectors), so that a merge marks
 #: the rows it replaces instead of rewriting every file holding one.
 MERGED_TABLES = ("delivery_counts", "pel_history", STATE_TABLE)
+#: The output tables written partitioned, by these columns: delivery_counts by ``status``,
+#: so that the rows a night can replace (those of entries still pending, but for an entry
+#: delivered again after it closed) are files of their own, which its merge alone reads and
+#: rewrites (pelengine.pipeline.carry.PENDING_ONLY).
+TABLE_PARTITIONS: dict[str, tuple[str, ...]] = {"delivery_counts": ("status",)}
 
 # Outcome rows: how many commands of a kind a replay applied, ignored or failed.
 STAT_FIELDS = (

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pelengine.model.commands import LOAD_COMMAND
+from pelengine.pipeline.carry import PRIOR_CLOSED
 from pelengine.pipeline.replay import replayed_table
 from pelengine.schemas import (
     TABLE_COLUMNS,
@@ -35,7 +36,11 @@ def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> Dat
         return F.when(F.col(name).isNotNull(), order)
 
     identity = ["db", "group", "group_created_seq"]
+    # a night's previous rows say whether the row they are is closed (carry.PRIOR_CLOSED):
+    # kept, as a column of the night's rows, for its merge
+    flag = [c for c in segments.columns if c == PRIOR_CLOSED]
     merged = segments.groupBy(*identity, "id", "id_ms", "id_seq").agg(
+        *(F.max(F.coalesce(F.col(c), F.lit(False))).alias(c) for c in flag),
         F.sum("deliveries").alias("deliveries"),
         F.array_sort(F.array_distinct(F.flatten(F.collect_list("owner_names")))).alias(
             "owner_names"
@@ -82,8 +87,9 @@ def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> Dat
         F.when(moved_later, F.col("moved_ms"))
         .otherwise(F.col("_changed.changed_ms"))
         .alias("changed_ms"),
+        *flag,
     )
-    return out.select(*TABLE_COLUMNS["delivery_counts"])
+    return out.select(*TABLE_COLUMNS["delivery_counts"], *flag)
 
 
 def report_facts(

@@ -71,6 +71,8 @@ def prior_segments(
     return rows.select(
         *(c for c in SEGMENT_COLUMNS if c != "segment_n"),
         F.lit(PRIOR_SEGMENT_N).cast("long").alias("segment_n"),
+        # the row this run replaces is not pending (see PENDING_ONLY)
+        (F.col("status") != F.lit("pending")).alias(PRIOR_CLOSED),
     )
 
 
@@ -117,6 +119,13 @@ HISTORY_KEYS: dict[str, tuple[str, ...]] = {
 }
 #: The target rows a night's pel_history row replaces: its entry's open version.
 PEL_HISTORY_REPLACES = "t.valid_to_seq IS NULL"
+#: A night's delivery_counts rows carry this flag (not written): the previous row this run
+#: replaces is closed (an entry delivered again after it left the PEL, or every row of a
+#: group a RENAME moved). When no row has it, every row the night replaces is pending, and
+#: the merge meets only the ``pending`` partition of the table (``PENDING_ONLY``), the size
+#: of the live PELs, instead of the whole history.
+PRIOR_CLOSED = "_prior_closed"
+PENDING_ONLY = "t.status = 'pending'"
 
 
 def changed_rows(name: str, rows: DataFrame, high_seq: int) -> DataFrame:

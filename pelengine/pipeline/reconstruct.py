@@ -286,7 +286,8 @@ def reconstruct(
             if old_counts is not None:
                 # the replayed families' rows so far: the first segment of their entries
                 segments = segments.unionByName(
-                    prior_segments(old_counts, segments, incarnations, carry.high_seq)
+                    prior_segments(old_counts, segments, incarnations, carry.high_seq),
+                    allowMissingColumns=True,
                 )
             tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
             tables = carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)

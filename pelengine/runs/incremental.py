@@ -61,7 +61,14 @@ from pyspark.sql import functions as F
 
 from pelengine import storage
 from pelengine.model.persist import STATE_SCHEMA_VERSION
-from pelengine.pipeline.carry import HISTORY_KEYS, PEL_HISTORY_REPLACES, Carry, changed_rows
+from pelengine.pipeline.carry import (
+    HISTORY_KEYS,
+    PEL_HISTORY_REPLACES,
+    PENDING_ONLY,
+    PRIOR_CLOSED,
+    Carry,
+    changed_rows,
+)
 from pelengine.pipeline.conform import InputContractError, conform_events
 from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
 from pelengine.progress import Progress, SparkCounters, quiet, spark_counters
@@ -489,6 +496,7 @@ def run_incremental(
     write_started = time.monotonic()
     table_seconds: dict[str, float] = {}
     rows_rewritten: dict[str, int] = {}
+    merge_reads: dict[str, str] = {}
     carried = dict(result.carried)
     run_row = {
         "kind": "run",
@@ -525,6 +533,7 @@ def run_incremental(
             progress,
             table_seconds,
             rows_rewritten,
+            merge_reads,
         )
     else:
         # the tables read the versions they replace pinned (versionAsOf), so writing them
@@ -570,6 +579,8 @@ def run_incremental(
     report["output"] = {**output.describe(), "rows": output_rows}
     if rows_rewritten:
         report["output"]["rows_rewritten"] = rows_rewritten
+    if merge_reads:
+        report["output"]["merge_reads"] = merge_reads
     report["keys"] = output_rows.get("streams", 0)
     count_rejected(report)
     report["incremental"]["high_seq"] = high_seq
@@ -591,6 +602,7 @@ def _write_night(
     progress: Progress,
     seconds: dict[str, float],
     rewritten: dict[str, int],
+    merge_reads: dict[str, str],
 ) -> dict[str, int]:
     """A night's writes (each one commit, none for a table with nothing to change): the
     snapshot tables whole (``txnAppId``/``txnVersion``: a re-run skips those written);
@@ -600,7 +612,9 @@ def _write_night(
     names is first put back to that version (``RESTORE``), so every write applies to what
     the previous run left. Returns the rows each table got (added or changed);
     ``rewritten`` gets the rows each merge or append commit wrote, from its metrics (a
-    merge without deletion vectors rewrites every file holding a row it replaces)."""
+    merge without deletion vectors rewrites every file holding a row it replaces);
+    ``merge_reads`` what delivery_counts' merge met: its ``pending`` partition, or the
+    whole table where the night replaces a closed row (see ``carry.PRIOR_CLOSED``)."""
     rows: dict[str, int] = {}
     steps = [*SNAPSHOT_TABLES, *HISTORY_TABLES, "rejected_events", STATE_TABLE]
     for i, name in enumerate(steps, start=1):
@@ -650,12 +664,22 @@ def _write_night(
                         path,
                         HISTORY_KEYS[name],
                         where=PEL_HISTORY_REPLACES if name == "pel_history" else None,
+                        narrow=(
+                            (PENDING_ONLY, PRIOR_CLOSED)
+                            if PRIOR_CLOSED in changed.columns
+                            else None
+                        ),
                     )
                 else:
                     done = {"inserted": storage.append_rows(changed, path), "deleted": 0}
             if name != STATE_TABLE:
                 rows[name] = done["inserted"]
             what = f"{done['inserted']:,} rows added or changed, {done['deleted']:,} replaced"
+            if "narrowed" in done and (done["inserted"] or done["deleted"]):
+                merge_reads[name] = (
+                    "pending partition" if done["narrowed"] else "whole table: a closed row changed"
+                )
+                what += f" (the merge read the {merge_reads[name]})"
             if done["inserted"] or done["deleted"]:
                 physical = storage.commit_rows(spark, path)
                 if physical is not None:

@@ -17,7 +17,7 @@ from pelengine.progress import (
     spark_actions_since,
     spark_jobs_so_far,
 )
-from pelengine.schemas import MERGED_TABLES, OUTPUT_TABLES
+from pelengine.schemas import MERGED_TABLES, OUTPUT_TABLES, TABLE_PARTITIONS
 from pelengine.settings import Settings
 
 
@@ -36,7 +36,8 @@ def write_outputs(
     """Write each (name, DataFrame) as ``out_path/name`` (overwrite, one commit each, with
     the txn options; ``overwrite_schema``: replacing the tables' schemas, when rewriting
     an output of an earlier contract version; ``deletion_vectors``: the tables nights
-    merge into get them, on delta-spark), or by name for an :class:`storage.Output`
+    merge into get them, on delta-spark; the tables of ``TABLE_PARTITIONS`` are
+    partitioned, whatever they were before), or by name for an :class:`storage.Output`
     of catalog tables; returns each table's rows as written, from each commit's own
     metrics (nothing is read again), and puts each table's seconds in ``seconds``.
 
@@ -56,6 +57,7 @@ def write_outputs(
             txn_version=txn_version,
             overwrite_schema=overwrite_schema,
             deletion_vectors=deletion_vectors and name in MERGED_TABLES,
+            partition_by=TABLE_PARTITIONS.get(name, ()),
         )
         counted = storage.commit_rows(spark, path)
         rows[name] = counted if counted is not None else storage.table_row_count(spark, path)

@@ -6,8 +6,9 @@ Used only when the JVM has no delta-spark (see :mod:`pelengine.storage`). It ser
 * reads: one input partition per data file, Arrow record batches; tables that need the
   ``deletionVectors`` or ``columnMapping`` reader features are read through delta-rs' own
   scan (one input partition) so deleted rows and physical column names are handled by it;
-* writes: each task writes its own parquet file into the table directory and reports an Add
-  action; the driver makes ONE Delta commit (``append`` / ``overwrite``), honouring
+* writes: each task writes its own parquet file into the table directory (one per
+  partition value of a partitioned table, ``partitionBy``) and reports an Add action; the
+  driver makes ONE Delta commit (``append`` / ``overwrite``), honouring
   ``txnAppId``/``txnVersion`` (Delta's idempotent-write rule) and ``overwriteSchema``.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -379,13 +381,15 @@ def _require_table(
 class AddedFile:
     """A parquet file a task wrote into the table directory (path relative to the table),
     with its Delta statistics (``stats``: ``numRecords``, and per column the smallest and
-    largest value and the null count, so that readers and merges skip files)."""
+    largest value and the null count, so that readers and merges skip files) and, in a
+    partitioned table, its partition values (as Delta writes them: strings, or None)."""
 
     path: str
     size: int
     num_records: int
     modification_time: int
     stats: str = ""
+    partition_values: dict[str, str | None] = field(default_factory=dict)
 
     def stats_json(self) -> str:
         return self.stats or json.dumps({"numRecords": self.num_records})
@@ -479,12 +483,27 @@ class DeltaWriter(DataSourceArrowWriter):
                 f"Delta table at {table_uri}: cast them to a concrete type first."
             )
         self.data_schema_json = delta_schema_json_from_spark(schema)
+        # the partition columns asked for (a JSON list); a table that exists keeps its own
+        # unless an overwrite replaces its schema
+        asked = options.get("partitionBy")
+        self.partition_by: list[str] = list(json.loads(asked)) if asked else []
+        missing = [c for c in self.partition_by if c not in schema.fieldNames()]
+        if missing:
+            raise DeltaStorageError(
+                f"Cannot partition Delta table at {table_uri} by {missing}: not columns of "
+                "the data."
+            )
 
         table = open_table(table_uri, storage_options=self.storage_options)
         self.skip = table is not None and self._already_done(table)
         self.table_schema_json = self._check_target(table) if table is not None else None
         commit_schema_json = self.table_schema_json or self.data_schema_json
-        self.file_schema = pa.schema(Schema.from_json(commit_schema_json).to_arrow())
+        self.commit_schema = pa.schema(Schema.from_json(commit_schema_json).to_arrow())
+        # a data file holds every column but the partition columns (Delta keeps their
+        # values in the log)
+        self.file_schema = pa.schema(
+            [f for f in self.commit_schema if f.name not in self.partition_by]
+        )
 
     # driver-side checks ---------------------------------------------------------------
     def _already_done(self, table: DeltaTable) -> bool:
@@ -497,11 +516,15 @@ class DeltaWriter(DataSourceArrowWriter):
     def _check_target(self, table: DeltaTable) -> str | None:
         """Refuse targets this writer cannot write; return the schema files must follow."""
         metadata = table.metadata()
-        if metadata.partition_columns:
-            raise DeltaStorageError(
-                f"Delta table at {self.table_uri} is partitioned by {metadata.partition_columns}; "
-                "the embedded delta-rs writer only writes unpartitioned tables."
-            )
+        existing = list(metadata.partition_columns)
+        if not (self.overwrite and self.overwrite_schema):
+            if self.partition_by and self.partition_by != existing:
+                raise DeltaStorageError(
+                    f"Delta table at {self.table_uri} is partitioned by {existing or 'nothing'}, "
+                    f"not {self.partition_by}: set option overwriteSchema=true with "
+                    "mode('overwrite') to change its partitioning."
+                )
+            self.partition_by = existing
         if "columnMapping" in table_reader_features(table):
             raise DeltaStorageError(
                 f"Delta table at {self.table_uri} uses column mapping; the embedded delta-rs "
@@ -537,35 +560,55 @@ class DeltaWriter(DataSourceArrowWriter):
             return DeltaCommitMessage()
         context = TaskContext.get()
         task = context.partitionId() if context is not None else 0
-        name = f"part-{task:05d}-{uuid.uuid4()}-c000.snappy.parquet"
         filesystem = _filesystem(self.table_uri, self.storage_options)
-        writer: pq.ParquetWriter | None = None
-        rows = 0
-        stats = ColumnStats(self.file_schema)
+        # one open file per partition value (one file in an unpartitioned table)
+        open_files: dict[tuple[str | None, ...], _OpenFile] = {}
         try:
             for batch in iterator:
                 if not batch.num_rows:
                     continue
-                if writer is None:
-                    writer = pq.ParquetWriter(
-                        name, self.file_schema, filesystem=filesystem, compression="snappy"
+                conformed = conform_batch(batch, self.commit_schema)
+                for values, part in _split_by_partition(conformed, self.partition_by):
+                    found = open_files.get(values)
+                    if found is None:
+                        directory = _partition_directory(self.partition_by, values)
+                        name = directory + f"part-{task:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+                        if directory:
+                            filesystem.create_dir(directory.rstrip("/"), recursive=True)
+                        found = open_files[values] = _OpenFile(
+                            name,
+                            pq.ParquetWriter(
+                                name, self.file_schema, filesystem=filesystem, compression="snappy"
+                            ),
+                            ColumnStats(self.file_schema),
+                        )
+                    data = part.select(self.file_schema.names)
+                    found.writer.write_batch(data)
+                    found.stats.add(data)
+            added = []
+            now = int(time.time() * 1000)
+            for values, found in open_files.items():
+                found.writer.close()
+                found.closed = True
+                size = filesystem.get_file_info(found.name).size
+                added.append(
+                    AddedFile(
+                        found.name,
+                        int(size),
+                        found.stats.rows,
+                        now,
+                        found.stats.to_json(),
+                        dict(zip(self.partition_by, values, strict=True)),
                     )
-                conformed = conform_batch(batch, self.file_schema)
-                writer.write_batch(conformed)
-                stats.add(conformed)
-                rows += batch.num_rows
-            if writer is None:
-                return DeltaCommitMessage()
-            writer.close()
-            writer = None
-            size = filesystem.get_file_info(name).size
+                )
         except BaseException:
-            if writer is not None:
-                writer.close()
-            _delete_files(self.table_uri, self.storage_options, [name], missing_ok=True)
+            for found in open_files.values():
+                if not found.closed:
+                    found.writer.close()
+            names = [f.name for f in open_files.values()]
+            _delete_files(self.table_uri, self.storage_options, names, missing_ok=True)
             raise
-        now = int(time.time() * 1000)
-        return DeltaCommitMessage([AddedFile(name, int(size), rows, now, stats.to_json())])
+        return DeltaCommitMessage(added)
 
     # driver commit -----------------------------------------------------------------------
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -600,7 +643,7 @@ class DeltaWriter(DataSourceArrowWriter):
             AddAction(
                 f.path,
                 f.size,
-                {},
+                f.partition_values,
                 f.modification_time,
                 True,
                 f.stats_json(),
@@ -626,6 +669,7 @@ class DeltaWriter(DataSourceArrowWriter):
                 (self.txn_app_id, self.txn_version)
                 if self.txn_app_id is not None and self.txn_version is not None
                 else None,
+                self.partition_by,
             )
             return
         if table is None:
@@ -634,6 +678,7 @@ class DeltaWriter(DataSourceArrowWriter):
                 Schema.from_json(self.data_schema_json),
                 adds,
                 mode="error",
+                partition_by=self.partition_by or None,
                 storage_options=self.storage_options,
                 commit_properties=properties,
             )
@@ -643,6 +688,7 @@ class DeltaWriter(DataSourceArrowWriter):
             list(adds),
             "overwrite" if self.overwrite else "append",
             Schema.from_json(schema_json),
+            partition_by=self.partition_by or None,
             commit_properties=properties,
         )
 
@@ -664,6 +710,7 @@ def first_commit_local(
     schema_json: str,
     files: Sequence[AddedFile],
     txn: tuple[str, int] | None,
+    partition_by: Sequence[str] = (),
 ) -> None:
     """Create a local table with its data in ONE commit (version 0).
 
@@ -691,7 +738,7 @@ def first_commit_local(
                 "id": str(uuid.uuid4()),
                 "format": {"provider": "parquet", "options": {}},
                 "schemaString": schema_json,
-                "partitionColumns": [],
+                "partitionColumns": list(partition_by),
                 "configuration": {},
                 "createdTime": now,
             }
@@ -701,7 +748,7 @@ def first_commit_local(
         {
             "add": {
                 "path": f.path,
-                "partitionValues": {},
+                "partitionValues": f.partition_values,
                 "size": f.size,
                 "modificationTime": f.modification_time,
                 "dataChange": True,
@@ -719,6 +766,73 @@ def first_commit_local(
         os.link(staged, os.path.join(log_dir, "00000000000000000000.json"))
     finally:
         os.unlink(staged)
+
+
+@dataclass
+class _OpenFile:
+    """A data file a task is writing (see :meth:`DeltaWriter.write`)."""
+
+    name: str
+    writer: Any
+    stats: ColumnStats
+    closed: bool = False
+
+
+#: How Hive-style partition directories name a null value (as Spark and delta-rs do).
+_NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _partition_value(value: Any) -> str | None:
+    """A partition value as the Delta log keeps it (a string; None for null)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _split_by_partition(
+    batch: pa.RecordBatch, columns: Sequence[str]
+) -> Iterator[tuple[tuple[str | None, ...], pa.RecordBatch]]:
+    """``batch``'s rows by their values of the partition ``columns`` (all of it, once,
+    when there are none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not columns:
+        yield (), batch
+        return
+    keys = (
+        pa.Table.from_batches([batch]).select(list(columns)).group_by(list(columns)).aggregate([])
+    )
+    for row in keys.to_pylist():
+        mask = None
+        for c in columns:
+            col = batch.column(c)
+            test = pc.is_null(col) if row[c] is None else pc.equal(col, row[c])
+            test = pc.fill_null(test, False)
+            mask = test if mask is None else pc.and_(mask, test)
+        yield tuple(_partition_value(row[c]) for c in columns), batch.filter(mask)
+
+
+#: What a partition column's name or value may hold here: the directory is then named by
+#: it as it is (Spark would escape anything else, in the file names and again in the log).
+_PLAIN_PARTITION = re.compile(r"[A-Za-z0-9_.+-]*")
+
+
+def _partition_directory(columns: Sequence[str], values: Sequence[str | None]) -> str:
+    """The Hive-style directory of a partition (``status=pending/``; empty when the table
+    is not partitioned)."""
+    parts = []
+    for c, v in zip(columns, values, strict=True):
+        shown = _NULL_PARTITION if v is None else v
+        if not (_PLAIN_PARTITION.fullmatch(c) and _PLAIN_PARTITION.fullmatch(shown)):
+            raise DeltaStorageError(
+                f"The embedded delta-rs writer names partition directories only by letters, "
+                f"digits and _.+- : {c}={shown!r} would need escaping. Run with delta-spark."
+            )
+        parts.append(f"{c}={shown}/")
+    return "".join(parts)
 
 
 def _files_of(messages: list[WriterCommitMessage | None]) -> list[AddedFile]:
@@ -749,7 +863,8 @@ def _delete_files(
 
 class DeltaDataSource(DataSource):
     """``format("delta")`` served by delta-rs; options: path, versionAsOf, overwriteSchema,
-    txnAppId, txnVersion, storage.<object-store option>."""
+    txnAppId, txnVersion, partitionBy (a JSON list of columns), storage.<object-store
+    option>."""
 
     @classmethod
     def name(cls) -> str:

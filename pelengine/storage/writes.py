@@ -3,6 +3,7 @@ id; a commit another writer made impossible becomes a :class:`ConcurrentWriteErr
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from pelengine.storage.choice import (
@@ -41,6 +42,7 @@ def write_table(
     txn_version: int | None = None,
     overwrite_schema: bool = False,
     deletion_vectors: bool = False,
+    partition_by: tuple[str, ...] = (),
 ) -> None:
     """Write ``df`` as the Delta table at ``path`` (one commit).
 
@@ -55,6 +57,10 @@ def write_table(
     (``delta.enableDeletionVectors``), so that a later merge or delete marks the rows it
     removes instead of rewriting their files: set when the write creates the table, else by
     one ``ALTER TABLE`` before it. The embedded store cannot write such tables and ignores it.
+
+    ``partition_by``: the table's partition columns (an overwrite: the table gets them, its
+    schema replaced by ``df``'s as with ``overwrite_schema``, whatever it was partitioned by
+    before; an append: they must be the table's).
     """
     save_mode = _SAVE_MODES.get(mode.lower())
     if save_mode is None:
@@ -64,7 +70,7 @@ def write_table(
     options: dict[str, str] = {}
     if txn_app_id is not None and txn_version is not None:
         options.update(txnAppId=txn_app_id, txnVersion=str(txn_version))
-    if overwrite_schema:
+    if overwrite_schema or (partition_by and save_mode == "overwrite"):
         options["overwriteSchema"] = "true"
     spark = df.sparkSession
     if deletion_vectors and storage_mode(spark) != EMBEDDED:
@@ -73,7 +79,7 @@ def write_table(
             _ensure_deletion_vectors(spark, path)
         else:
             options.update(DELETION_VECTORS)
-    _write_table(df, path, save_mode, options)
+    _write_table(df, path, save_mode, options, partition_by)
 
 
 #: The table property that turns deletion vectors on (delta-spark; delta-rs cannot write it).
@@ -90,11 +96,19 @@ def _ensure_deletion_vectors(spark: SparkSession, path: TableRef) -> None:
     spark.sql(f"ALTER TABLE {_target_sql(path)} SET TBLPROPERTIES ({assignments})").collect()
 
 
-def _write_table(df: DataFrame, path: TableRef, save_mode: str, options: dict[str, str]) -> None:
+def _write_table(
+    df: DataFrame,
+    path: TableRef,
+    save_mode: str,
+    options: dict[str, str],
+    partition_by: tuple[str, ...] = (),
+) -> None:
     spark = df.sparkSession
     if isinstance(path, Table):
         require_delta_spark(spark, str(path))
         writer = df.write.format(TABLE_FORMAT).mode(save_mode)
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
         for key, value in options.items():
             writer = writer.option(key, value)
         if path.location:
@@ -116,9 +130,14 @@ def _write_table(df: DataFrame, path: TableRef, save_mode: str, options: dict[st
                     "use mode 'overwrite' or 'append'."
                 )
             save_mode = "append"
+        if partition_by:
+            # a Python data source is not told the writer's partitionBy: an option says it
+            options["partitionBy"] = json.dumps(list(partition_by))
         if _embedded_preflight_skips(df, path, save_mode == "overwrite", options):
             return
     writer = df.write.format("delta").mode(save_mode)
+    if partition_by and storage_mode(spark) != EMBEDDED:
+        writer = writer.partitionBy(*partition_by)
     for key, value in options.items():
         writer = writer.option(key, value)
     try:
@@ -185,6 +204,7 @@ def replace_rows(
     where: str | None = None,
     delete_keys: DataFrame | None = None,
     null_safe: bool = False,
+    narrow: tuple[str, str] | None = None,
 ) -> dict[str, int]:
     """One commit on the Delta table at ``path``: delete its rows whose ``keys`` equal
     those of a row of ``df`` or of ``delete_keys`` (a DataFrame of ``keys`` only; with
@@ -193,15 +213,39 @@ def replace_rows(
     to delete or insert: no commit. Returns the rows ``inserted`` and ``deleted`` (from
     the commit's own metrics; nothing re-read).
 
+    ``narrow`` = (``condition``, ``flag``): ``flag`` is a boolean column of ``df`` (not
+    written), true on a row whose replaced target row may not satisfy ``condition`` (SQL
+    over the target's columns, like ``where``). When no row has it true, ``condition``
+    joins the match, so that the merge reads and rewrites only the files where it can
+    hold (a partition); else the merge meets the whole table, as without it. The result
+    then also says ``narrowed`` (1 when the condition joined the match, else 0).
+
     delta-spark: a ``MERGE INTO`` whose source is ``df``'s rows tagged for insertion and
     the distinct keys tagged for deletion (an insertion never matches, a deletion never
     inserts). Embedded: the same merge through delta-rs, from the rows collected as Arrow
     (a night's changed rows, not the history)."""
+    from pyspark.sql import functions as F
+
     # ``df`` feeds both sides of the source (its rows and its keys) and may read the
     # history (a night's delivery_counts reads the table's previous rows): computed once,
     # into a plan of its own (see _materialized)
     rows, kept = _materialized(df)
     try:
+        if narrow is not None:
+            condition, flag = narrow
+            # one pass gives the row count (the merge's file sizes, its emptiness) and
+            # whether the condition may join the match
+            found = rows.agg(
+                F.count(F.lit(1)).alias("n"), F.max(F.col(flag).cast("int")).alias("flagged")
+            ).first()
+            n = int(found["n"]) if found is not None else 0
+            narrowed = not (found is not None and found["flagged"])
+            if narrowed:
+                where = f"({where}) AND ({condition})" if where else condition
+            done = _replace_rows(
+                rows.drop(flag), path, keys, where, delete_keys, null_safe, kept is not None, n
+            )
+            return {**done, "narrowed": int(narrowed)}
         return _replace_rows(rows, path, keys, where, delete_keys, null_safe, kept is not None)
     finally:
         if kept == "cached":
@@ -250,6 +294,7 @@ def _replace_rows(
     delete_keys: DataFrame | None,
     null_safe: bool,
     computed: bool = False,
+    n: int | None = None,
 ) -> dict[str, int]:
     from pyspark.sql import functions as F
 
@@ -281,7 +326,7 @@ def _replace_rows(
     if computed:
         # the rows are computed: their count sizes the merge's files, and says whether
         # there is anything to merge (rows, or keys given to delete) without another pass
-        n = df.count()
+        n = df.count() if n is None else n
         if n == 0 and delete_keys is None:
             return {"inserted": 0, "deleted": 0}
         source = source.coalesce(_merge_partitions(n))

@@ -1,6 +1,6 @@
 """What a night writes (output contract version 2): exactly the history rows that differ.
 
-One output continues through three nights, each one of the cases users have: a night
+One output continues through four nights, each one of the cases users have: a night
 that touches one family of a thousand, a ``RENAME`` night (rows of entries closed on an
 earlier night move to the new key), a ``FLUSHALL`` night (every entry of every group
 closes). After each night its tables must equal a full recomputation over the same
@@ -132,6 +132,8 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     assert (inc["families_replayed"], inc["families_total"]) == (1, 1002)
     rows = report["output"]["rows"]
     assert (rows["ownership_changes"], rows["delivery_counts"], rows["pel_history"]) == (2, 2, 3)
+    # every row it replaced was pending: its merge read the pending partition alone
+    assert report["output"]["merge_reads"] == {"delivery_counts": "pending partition"}
 
     # a RENAME: the acked 1-0 of orders (closed on the first night) moves too
     mark = len(log.rows)
@@ -145,6 +147,8 @@ def test_nights_write_exactly_the_history_rows_that_differ(
         f"key = 'orders:old' AND id = '1-0' AND group_created_seq = {orders}"
     )
     assert [(r["status"], r["changed_seq"]) for r in moved.collect()] == [("acked", mark + 1)]
+    # the acked rows of orders moved: the merge met the whole table
+    assert report["output"]["merge_reads"]["delivery_counts"].startswith("whole table")
 
     # FLUSHALL: every entry of every group closes; a key made again is a new incarnation
     mark = len(log.rows)
@@ -159,3 +163,15 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     }
     assert statuses[("k0500", "2-0", 1501)] == "key_deleted"
     assert statuses[("audit", "1-0", mark + 2)] == "acked"
+    audit = mark + 2
+
+    # an acked entry claimed again (FORCE): its closed row is pending again, the merge
+    # meets the whole table to replace it
+    mark = len(log.rows)
+    log("XCLAIM", "audit", "g", "dave", "0", "1-0", "FORCE")
+    report = _night(spark, tmp_path, 4, log.since(mark))
+    assert report["output"]["merge_reads"]["delivery_counts"].startswith("whole table")
+    row = _rows(spark, tmp_path / "inc", "delivery_counts").filter(
+        f"key = 'audit' AND id = '1-0' AND group_created_seq = {audit}"
+    )
+    assert [(r["status"], r["deliveries"]) for r in row.collect()] == [("pending", 2)]

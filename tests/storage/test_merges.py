@@ -3,6 +3,8 @@ with, on each store (the nights themselves are tested in tests/runs)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,89 @@ def test_a_merge_writes_its_rows_in_one_file(
         # the inserted rows, and without deletion vectors the kept rows of the file the
         # merge rewrote (the two in one file or two, as Delta's merge joins them)
         assert len(added) <= (1 if deletion_vectors else 2), added
+
+
+def _partition_files(path: str, value: str) -> set[str]:
+    return {u for u in DeltaTable(path).file_uris() if f"/status={value}/" in u}
+
+
+@contextmanager
+def _hidden(files: set[str]) -> Iterator[None]:
+    """The data ``files`` (URIs) moved aside while the block runs: a merge that reads one
+    fails (the log still names them)."""
+    paths = [Path(u.removeprefix("file://")) for u in files]
+    for p in paths:
+        p.rename(p.with_name(p.name + ".hidden"))
+    try:
+        yield
+    finally:
+        for p in paths:
+            p.with_name(p.name + ".hidden").rename(p)
+
+
+@pytest.mark.parametrize(
+    "deletion_vectors", [False, pytest.param(True, marks=pytest.mark.delta_spark)]
+)
+def test_a_merge_narrowed_to_a_partition_leaves_the_others_alone(
+    spark: SparkSession, tmp_path: Path, deletion_vectors: bool
+) -> None:
+    """A table written partitioned by ``status`` (as delivery_counts is), on either store;
+    ``replace_rows(narrow=(condition, flag))`` with no row flagged joins the condition to
+    the match: the merge rewrites only the ``pending`` partition (the files of the closed
+    rows stay, and the rows written are the pending partition's, not the table's). One
+    flagged row (its replaced row is closed) and the merge meets the whole table: that
+    closed row is replaced too."""
+    path = str(tmp_path / "dc")
+    old = [(i, "acked", f"a{i}") for i in range(1000)] + [
+        (i, "pending", f"p{i}") for i in range(1000, 1010)
+    ]
+    schema = "id long, status string, v string"
+    storage.write_table(
+        spark.createDataFrame(old, schema).repartition(2),
+        path,
+        "overwrite",
+        deletion_vectors=deletion_vectors,
+        partition_by=("status",),
+    )
+    assert DeltaTable(path).metadata().partition_columns == ["status"]
+    assert sorted(tuple(r) for r in storage.read_table(spark, path).collect()) == sorted(old)
+    acked_files = _partition_files(path, "acked")
+    pending_files = _partition_files(path, "pending")
+    assert acked_files and pending_files
+
+    # two pending entries acked, one still pending changed, one new delivery
+    night = [
+        (1000, "acked", "n1000", False),
+        (1001, "acked", "n1001", False),
+        (1002, "pending", "n1002", False),
+        (2000, "pending", "n2000", False),
+    ]
+
+    def merge(rows: list[tuple[int, str, str, bool]]) -> dict[str, int]:
+        flagged = spark.createDataFrame(rows, "id long, status string, v string, _closed boolean")
+        return storage.replace_rows(
+            flagged, path, ("id",), narrow=("t.status = 'pending'", "_closed")
+        )
+
+    with _hidden(acked_files):  # the merge must not read them
+        done = merge(night)
+    assert done == {"inserted": 4, "deleted": 3, "narrowed": 1}
+    expected = {r[0]: r for r in old} | {r[0]: r[:3] for r in night}
+    got = sorted(tuple(r) for r in storage.read_table(spark, path).collect())
+    assert got == sorted(expected.values())
+    assert _partition_files(path, "acked") >= acked_files  # none removed, the night's added
+    written = storage.commit_rows(spark, path)
+    if written is not None:  # the embedded store's and a local path's commits say it
+        assert written <= 10 + 4, written  # the pending partition at most, and the new rows
+
+    # an acked entry delivered again: its closed row is replaced, the merge meets it (and
+    # would fail without the acked partition's files)
+    missing = r"(?i)(not found|no such file|does not exist|FileNotFound)"
+    with pytest.raises(Exception, match=missing), _hidden(_partition_files(path, "acked")):
+        merge([(6, "pending", "n6", True)])
+    again = [(5, "pending", "n5", True), (1003, "acked", "n1003", False)]
+    assert merge(again) == {"inserted": 2, "deleted": 2, "narrowed": 0}
+    expected |= {r[0]: r[:3] for r in again}
+    got = sorted(tuple(r) for r in storage.read_table(spark, path).collect())
+    assert got == sorted(expected.values())
+    assert [r[0] for r in got].count(5) == 1
