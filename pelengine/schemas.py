@@ -153,8 +153,12 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "groups": GROUP_COLUMNS,
     "streams": STREAM_COLUMNS,
     "ownership_changes": CHANGE_COLUMNS,
-    "pel_history": VERSION_COLUMNS,
+    # is_current: the version is the entry's pending one now (valid_to_seq is null)
+    "pel_history": (*VERSION_COLUMNS, "is_current"),
 }
+#: Output columns no engine emits: derived from the others as the tables are assembled
+#: (pelengine.pipeline.assemble.output_table).
+DERIVED_COLUMN_TYPES: dict[str, DataType] = {"is_current": _B}
 STATE_TABLES = ("pel", "ownership", "delivery_counts", "groups", "streams")
 OUTPUT_TABLES = (*STATE_TABLES, "ownership_changes", "pel_history")
 #: Where incremental runs keep each family's replay state (a table of the output root).
@@ -164,10 +168,14 @@ STATE_TABLE = "_state"
 #: the rows it replaces instead of rewriting every file holding one.
 MERGED_TABLES = ("delivery_counts", "pel_history", STATE_TABLE)
 #: The output tables written partitioned, by these columns: delivery_counts by ``status``,
-#: so that the rows a night can replace (those of entries still pending, but for an entry
-#: delivered again after it closed) are files of their own, which its merge alone reads and
-#: rewrites (pelengine.pipeline.carry.PENDING_ONLY).
-TABLE_PARTITIONS: dict[str, tuple[str, ...]] = {"delivery_counts": ("status",)}
+#: pel_history by ``is_current``, so that the rows a night can replace (those of entries
+#: still pending, but for an entry delivered again after it closed; the open versions) are
+#: files of their own, which its merges alone read and rewrite
+#: (pelengine.pipeline.carry.PENDING_ONLY, PEL_HISTORY_REPLACES).
+TABLE_PARTITIONS: dict[str, tuple[str, ...]] = {
+    "delivery_counts": ("status",),
+    "pel_history": ("is_current",),
+}
 
 # Outcome rows: how many commands of a kind a replay applied, ignored or failed.
 STAT_FIELDS = (
@@ -328,4 +336,9 @@ STATE_TABLE_SCHEMA = StructType(
 
 def table_schema(name: str) -> StructType:
     """The schema of one output table."""
-    return StructType([StructField(c, _COLUMN_TYPES[c], True) for c in TABLE_COLUMNS[name]])
+    return StructType(
+        [
+            StructField(c, _COLUMN_TYPES.get(c) or DERIVED_COLUMN_TYPES[c], True)
+            for c in TABLE_COLUMNS[name]
+        ]
+    )

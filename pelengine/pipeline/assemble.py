@@ -19,6 +19,14 @@ from pelengine.schemas import (
 )
 
 
+def output_table(name: str, rows: DataFrame) -> DataFrame:
+    """Output table ``name`` from the replay's rows of it: its columns, in order, with
+    those no engine emits derived (``is_current`` of pel_history: the version is open)."""
+    if name == "pel_history":
+        rows = rows.withColumn("is_current", F.col("valid_to_seq").isNull())
+    return rows.select(*TABLE_COLUMNS[name])
+
+
 def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> DataFrame:
     """``delivery_counts`` from the delivery segments the replay emitted and the final
     place of each group incarnation: the rules of

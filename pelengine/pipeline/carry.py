@@ -117,8 +117,11 @@ HISTORY_KEYS: dict[str, tuple[str, ...]] = {
     "delivery_counts": ("db", "group", "group_created_seq", "id"),
     "pel_history": ("db", "key", "group", "id"),
 }
-#: The target rows a night's pel_history row replaces: its entry's open version.
-PEL_HISTORY_REPLACES = "t.valid_to_seq IS NULL"
+#: The target rows a night's pel_history row replaces: its entry's open version (the
+#: table's ``is_current`` partition; an output written before it had that column: the
+#: same rows, found by their null ``valid_to_seq``).
+PEL_HISTORY_REPLACES = "t.is_current = true"
+PEL_HISTORY_REPLACES_UNPARTITIONED = "t.valid_to_seq IS NULL"
 #: A night's delivery_counts rows carry this flag (not written): the previous row this run
 #: replaces is closed (an entry delivered again after it left the PEL, or every row of a
 #: group a RENAME moved). When no row has it, every row the night replaces is pending, and

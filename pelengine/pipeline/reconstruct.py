@@ -21,7 +21,7 @@ from pyspark.sql.types import (
 
 from pelengine.engine.native import resolve_engine
 from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
-from pelengine.pipeline.assemble import merge_delivery_segments, report_facts
+from pelengine.pipeline.assemble import merge_delivery_segments, output_table, report_facts
 from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename_families
 from pelengine.pipeline.conform import (
     conform_events,
@@ -50,7 +50,6 @@ from pelengine.schemas import (
     EVENTS_SCHEMA,
     FAMILY_STATE_COLUMNS,
     OUTPUT_TABLES,
-    TABLE_COLUMNS,
 )
 from pelengine.settings import Settings
 
@@ -266,9 +265,7 @@ def reconstruct(
     # one action: the report's counts, and on a night the families the replay kept a state
     # for (the replayed families every carried table and the state leave out)
     replayed_keys = report_facts(routed, replayed, report, families=carry is not None)
-    tables = {
-        name: replayed_table(replayed, name).select(*TABLE_COLUMNS[name]) for name in OUTPUT_TABLES
-    }
+    tables = {name: output_table(name, replayed_table(replayed, name)) for name in OUTPUT_TABLES}
     segments = replayed_table(replayed, "delivery_segments").select(*SEGMENT_COLUMNS)
     incarnations = replayed_table(replayed, "group_incarnations").select(*INCARNATION_COLUMNS)
     states: DataFrame | None = None

@@ -64,6 +64,7 @@ from pelengine.model.persist import STATE_SCHEMA_VERSION
 from pelengine.pipeline.carry import (
     HISTORY_KEYS,
     PEL_HISTORY_REPLACES,
+    PEL_HISTORY_REPLACES_UNPARTITIONED,
     PENDING_ONLY,
     PRIOR_CLOSED,
     Carry,
@@ -659,11 +660,18 @@ def _write_night(
                 source = rejected if name == "rejected_events" else tables[name]
                 changed = changed_rows(name, source, high_seq)
                 if name in HISTORY_KEYS:
+                    where = None
+                    if name == "pel_history":
+                        where = PEL_HISTORY_REPLACES
+                        if "is_current" not in storage.read_table(spark, path).columns:
+                            # written before the column: as it is until a full run
+                            changed = changed.drop("is_current")
+                            where = PEL_HISTORY_REPLACES_UNPARTITIONED
                     done = storage.replace_rows(
                         changed,
                         path,
                         HISTORY_KEYS[name],
-                        where=PEL_HISTORY_REPLACES if name == "pel_history" else None,
+                        where=where,
                         narrow=(
                             (PENDING_ONLY, PRIOR_CLOSED)
                             if PRIOR_CLOSED in changed.columns

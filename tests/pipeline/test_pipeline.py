@@ -102,6 +102,8 @@ def _expected(spark: SparkSession, rows: list[dict[str, Any]]) -> dict[str, Any]
         row.update(as_of_ms=as_of_ms, as_of_seq=as_of_seq)
     tables["ownership_changes"] = changes
     tables["pel_history"] = closed_versions + tables["pel_history"]  # closed, then open ones
+    for row in tables["pel_history"]:
+        row["is_current"] = row["valid_to_seq"] is None  # the contract's open version
     return {
         name: spark.createDataFrame(
             [{c: row.get(c) for c in TABLE_COLUMNS[name]} for row in tables[name]],

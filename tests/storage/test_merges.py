@@ -134,3 +134,31 @@ def test_a_merge_narrowed_to_a_partition_leaves_the_others_alone(
     got = sorted(tuple(r) for r in storage.read_table(spark, path).collect())
     assert got == sorted(expected.values())
     assert [r[0] for r in got].count(5) == 1
+
+
+def test_a_merge_where_a_boolean_partition_reads_that_partition(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """pel_history's night merge: ``where`` names a boolean partition (``is_current``),
+    and the merge never reads the other one (its files moved aside, it still succeeds)."""
+    path = str(tmp_path / "ph")
+    old = [(i, i % 10 == 0) for i in range(200)]
+    storage.write_table(
+        spark.createDataFrame(old, "id long, is_current boolean").repartition(2),
+        path,
+        "overwrite",
+        partition_by=("is_current",),
+    )
+    closed = {u for u in DeltaTable(path).file_uris() if "/is_current=false/" in u}
+    assert closed
+    night = [(10, False), (20, False), (500, True)]  # two versions end, one begins
+    with _hidden(closed):
+        done = storage.replace_rows(
+            spark.createDataFrame(night, "id long, is_current boolean"),
+            path,
+            ("id",),
+            where="t.is_current = true",
+        )
+    assert done == {"inserted": 3, "deleted": 2}
+    expected = {i: c for i, c in old} | dict(night)
+    assert dict(tuple(r) for r in storage.read_table(spark, path).collect()) == expected
