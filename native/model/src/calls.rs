@@ -55,7 +55,7 @@ impl Trigger {
 }
 
 /// The upper-cased command name of an argv (Python's `str.upper()`, Unicode-aware).
-pub fn command_name(argv: &[String]) -> String {
+pub fn command_name<S: AsRef<str>>(argv: &[S]) -> String {
     let mut name = String::new();
     fill_command_name(argv, &mut name);
     name
@@ -63,9 +63,9 @@ pub fn command_name(argv: &[String]) -> String {
 
 /// `command_name` into `name` (its buffer reused): ASCII, the usual case, upper-cases
 /// in place; anything else as `str::to_uppercase`.
-pub fn fill_command_name(argv: &[String], name: &mut String) {
+pub fn fill_command_name<S: AsRef<str>>(argv: &[S], name: &mut String) {
     name.clear();
-    let Some(first) = argv.first() else {
+    let Some(first) = argv.first().map(AsRef::as_ref) else {
         return;
     };
     if first.is_ascii() {
@@ -123,13 +123,13 @@ impl Call {
 impl Call {
     /// This call made over as `Call::new(seq, now, db, client, argv, command, None)`,
     /// reusing its buffers (the replayer's spare calls).
-    pub fn refill(
+    pub fn refill<S: AsRef<str>>(
         &mut self,
         seq: i64,
         now: i64,
         db: i64,
         client: Option<&str>,
-        argv: &[String],
+        argv: &[S],
         command: &str,
     ) {
         self.seq = seq;
@@ -145,10 +145,11 @@ impl Call {
         self.argv.truncate(argv.len());
         for (kept, arg) in self.argv.iter_mut().zip(argv) {
             kept.clear();
-            kept.push_str(arg);
+            kept.push_str(arg.as_ref());
         }
         let have = self.argv.len();
-        self.argv.extend(argv[have..].iter().cloned());
+        self.argv
+            .extend(argv[have..].iter().map(|a| a.as_ref().to_owned()));
         self.command.clear();
         self.command.push_str(command);
         self.result.set(None);
@@ -185,6 +186,6 @@ mod tests {
         assert_eq!(command_name(&argv("xadd")), "XADD");
         assert_eq!(command_name(&argv("ﬂushdb")), "FLUSHDB");
         assert_eq!(command_name(&argv("xaſ")), "XAS");
-        assert_eq!(command_name(&[]), "");
+        assert_eq!(command_name::<String>(&[]), "");
     }
 }

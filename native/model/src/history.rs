@@ -243,7 +243,7 @@ pub struct IncarnationRows {
     pub moved_ms: Vec<Option<i64>>,
 }
 
-/// `len`, `is_empty`, `take` and `extend` of a column-wise sink (every column of the
+/// `len`, `is_empty`, `take`, `clear` and `extend` of a column-wise sink (every column of the
 /// same length).
 macro_rules! sink {
     ($name:ident, $first:ident $(, $col:ident)*) => {
@@ -260,6 +260,12 @@ macro_rules! sink {
             /// What was appended so far (this sink starts empty again).
             pub fn take(&mut self) -> Self {
                 std::mem::take(self)
+            }
+
+            /// No rows, the room of every column kept.
+            pub fn clear(&mut self) {
+                self.$first.clear();
+                $(self.$col.clear();)*
             }
 
             /// Append every row of `other`.
@@ -347,6 +353,8 @@ pub fn append_segment(
     rec: &DeliveryRecord,
     segment_n: i64,
 ) {
+    // a BTreeSet<String> iterates in code point order, as Python's sorted(set)
+    let owners = rec.owners.iter().cloned().collect();
     push_segment(
         sink,
         db,
@@ -355,12 +363,14 @@ pub fn append_segment(
         group.created_seq,
         entry_id,
         rec,
+        owners,
         segment_n,
     );
 }
 
 /// `append_segment` with the group's name and incarnation given apart (for callers
-/// that hold the group's records mutably).
+/// that hold the group's records mutably), and the record's owners in code point
+/// order (`owner_names`: a record leaving the model gives its own, uncopied).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn push_segment(
     sink: &mut SegmentRows,
@@ -370,6 +380,7 @@ pub(crate) fn push_segment(
     created_seq: i64,
     entry_id: &StreamId,
     rec: &DeliveryRecord,
+    owner_names: Vec<String>,
     segment_n: i64,
 ) {
     sink.db.push(db);
@@ -381,8 +392,7 @@ pub(crate) fn push_segment(
     sink.id_seq.push(to_bigint(entry_id.seq));
     sink.delivery_count.push(rec.delivery_count);
     sink.deliveries.push(rec.deliveries);
-    // a BTreeSet<String> iterates in code point order, as Python's sorted(set)
-    sink.owner_names.push(rec.owners.iter().cloned().collect());
+    sink.owner_names.push(owner_names);
     sink.first_delivery_ms.push(rec.first_delivery_ms);
     sink.last_delivery_ms.push(rec.last_delivery_ms);
     sink.status.push(&rec.status);
@@ -416,6 +426,14 @@ impl HistoryTables {
     /// What was appended so far, per table (every sink starts empty again).
     pub fn take(&mut self) -> Self {
         std::mem::take(self)
+    }
+
+    /// No rows in any table, the room of every column kept.
+    pub fn clear(&mut self) {
+        self.ownership_changes.clear();
+        self.pel_history.clear();
+        self.delivery_segments.clear();
+        self.group_incarnations.clear();
     }
 
     /// How many rows every table holds.

@@ -301,8 +301,11 @@ impl<'g> GroupLog<'g, '_> {
             rec.delivery_count = nack.delivery_count;
             rec.changed(self.call.seq, self.call.now);
             if self.hist.spill {
-                if let Some(rec) = self.records.shift_remove(&entry_id) {
+                if let Some(mut rec) = self.records.shift_remove(&entry_id) {
                     bump(self.hist.segment_n);
+                    // the record leaves the model: its owners go with the row, uncopied
+                    // (a BTreeSet iterates in code point order, as Python's sorted(set))
+                    let owners = std::mem::take(&mut rec.owners).into_iter().collect();
                     push_segment(
                         &mut self.hist.tables.delivery_segments,
                         self.db,
@@ -311,6 +314,7 @@ impl<'g> GroupLog<'g, '_> {
                         self.created_seq,
                         &entry_id,
                         &rec,
+                        owners,
                         *self.hist.segment_n,
                     );
                 }

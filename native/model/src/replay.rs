@@ -189,11 +189,11 @@ impl Replayer {
     /// tell it from them. `Unit::Follow`: the replayer follows the units itself.
     /// `db` None: 0. Err: what raises another exception than a command error in the
     /// Python model (the model is then as that exception left it).
-    pub fn apply(
+    pub fn apply<S: AsRef<str>>(
         &mut self,
         seq: i64,
         ts_ms: i64,
-        argv: &[String],
+        argv: &[S],
         db: Option<i64>,
         client: Option<&str>,
         unit: Unit,
@@ -510,6 +510,16 @@ impl Replayer {
     /// and live incarnations are part of the snapshot.
     pub fn drain_tables(&mut self) -> HistoryTables {
         self.tables.take()
+    }
+
+    /// Give back the sinks `drain_tables` handed on, once their rows are read: the next
+    /// rows fill their buffers instead of growing new ones from nothing (emptied first;
+    /// ignored when rows were recorded since).
+    pub fn recycle_tables(&mut self, mut room: HistoryTables) {
+        if self.tables.is_empty() {
+            room.clear();
+            self.tables = room;
+        }
     }
 
     /// How many history rows wait to be drained (every table).

@@ -11,8 +11,9 @@ use crate::ids::StreamId;
 /// Optional strings, packed (see the module docs). Equal when the rows are equal.
 #[derive(Clone, Debug, Default)]
 pub struct Texts {
-    /// every row's bytes, one after the other (a null row has none)
-    bytes: String,
+    /// every row's bytes, one after the other (a null row has none): UTF-8, as only
+    /// `&str`s and IDs are appended
+    bytes: Vec<u8>,
     /// `ends[i]`: where row `i`'s bytes end in `bytes` (it starts where `i - 1` ends)
     ends: Vec<usize>,
     /// `Some` once a null was appended: `valid[i]` is false for a null row
@@ -27,10 +28,17 @@ impl Texts {
     /// Room for `rows` rows of `bytes` bytes in all.
     pub fn with_capacity(rows: usize, bytes: usize) -> Texts {
         Texts {
-            bytes: String::with_capacity(bytes),
+            bytes: Vec::with_capacity(bytes),
             ends: Vec::with_capacity(rows),
             valid: None,
         }
+    }
+
+    /// No rows, the room kept.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.valid = None;
     }
 
     pub fn len(&self) -> usize {
@@ -63,7 +71,7 @@ impl Texts {
 
     /// Append one row.
     pub fn push(&mut self, value: &str) {
-        self.bytes.push_str(value);
+        self.bytes.extend_from_slice(value.as_bytes());
         self.end_row(true);
     }
 
@@ -77,9 +85,15 @@ impl Texts {
 
     /// Append an entry ID as Redis prints it, `"ms-seq"` (`ids::format_id`).
     pub fn push_id(&mut self, id: &StreamId) {
-        push_decimal(&mut self.bytes, id.ms);
-        self.bytes.push('-');
-        push_decimal(&mut self.bytes, id.seq);
+        // written left to right into a buffer of fixed size, appended whole (a copy of a
+        // known size, no call) and cut back to the text's length
+        let mut text = [0u8; 48];
+        let ms = write_decimal(&mut text, 0, id.ms);
+        text[ms] = b'-';
+        let len = write_decimal(&mut text, ms + 1, id.seq);
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&text);
+        self.bytes.truncate(at + len);
         self.end_row(true);
     }
 
@@ -93,7 +107,7 @@ impl Texts {
             Some(before) => *self.ends.get(before)?,
             None => 0,
         };
-        self.bytes.get(start..end)
+        std::str::from_utf8(self.bytes.get(start..end)?).ok()
     }
 
     /// Whether row `i` is there and not null.
@@ -114,7 +128,7 @@ impl Texts {
     pub fn extend(&mut self, other: Texts) {
         let base = self.bytes.len();
         let had = self.len();
-        self.bytes.push_str(&other.bytes);
+        self.bytes.extend_from_slice(&other.bytes);
         self.ends.extend(other.ends.iter().map(|e| e + base));
         match (&mut self.valid, other.valid) {
             (None, None) => {}
@@ -139,13 +153,13 @@ impl Texts {
 
     /// The packed parts, borrowed: the bytes, where each row ends, and the validity
     /// flags (None: no row is null).
-    pub fn parts(&self) -> (&str, &[usize], Option<&[bool]>) {
+    pub fn parts(&self) -> (&[u8], &[usize], Option<&[bool]>) {
         (&self.bytes, &self.ends, self.valid.as_deref())
     }
 
     /// The packed parts: the bytes, where each row ends, and the validity flags (None:
     /// no row is null).
-    pub fn into_parts(self) -> (String, Vec<usize>, Option<Vec<bool>>) {
+    pub fn into_parts(self) -> (Vec<u8>, Vec<usize>, Option<Vec<bool>>) {
         (self.bytes, self.ends, self.valid)
     }
 
@@ -155,22 +169,45 @@ impl Texts {
     }
 }
 
-/// `value` in decimal (as `{}` prints it, without the formatting machinery).
-fn push_decimal(out: &mut String, mut value: u64) {
-    let mut digits = [b'0'; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
+/// Two decimal digits per value below 100.
+const DIGIT_PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// How many decimal digits `value` has.
+fn decimal_len(value: u64) -> usize {
+    let mut len = 1;
+    let mut rest = value;
+    while rest >= 10 {
+        rest /= 10;
+        len += 1;
     }
-    // ASCII digits: always UTF-8
-    if let Ok(text) = std::str::from_utf8(&digits[at..]) {
-        out.push_str(text);
+    len
+}
+
+/// `value` in decimal (as `{}` prints it, without the formatting machinery), written into
+/// `out` from `at` (20 bytes hold any u64); where its digits end.
+fn write_decimal(out: &mut [u8], at: usize, mut value: u64) -> usize {
+    let end = at + decimal_len(value);
+    let mut pos = end;
+    while value >= 100 {
+        let pair = (value % 100) as usize * 2;
+        value /= 100;
+        pos -= 2;
+        out[pos..pos + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
     }
+    if value >= 10 {
+        let pair = value as usize * 2;
+        pos -= 2;
+        out[pos..pos + 2].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
+    } else {
+        pos -= 1;
+        out[pos] = b'0' + value as u8;
+    }
+    end
 }
 
 impl PartialEq for Texts {
@@ -209,7 +246,7 @@ mod tests {
         t.push("");
         t.push_opt(None);
         t.push_id(&StreamId::new(u64::MAX, 7));
-        for v in [0, 9, 10, 1_700_000_000_123, u64::MAX] {
+        for v in [0, 9, 10, 99, 100, 101, 1_700_000_000_123, u64::MAX] {
             let mut u = Texts::new();
             u.push_id(&StreamId::new(v, v / 3));
             assert_eq!(u.get(0), Some(format!("{v}-{}", v / 3).as_str()));

@@ -16,7 +16,7 @@ use arrow_array::builder::{GenericListBuilder, GenericStringBuilder};
 use arrow_array::{
     new_null_array, ArrayRef, BooleanArray, Int32Array, Int64Array, OffsetSizeTrait, RecordBatch,
 };
-use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, FieldRef, Schema, SchemaRef};
 use pelmodel::texts::Texts;
 
@@ -28,8 +28,12 @@ pub const OUTPUT_BATCH_ROWS: usize = 8192;
 #[derive(Debug, Clone)]
 pub enum Col {
     Int(Vec<Option<i64>>),
+    /// integers without nulls (a model column handed over whole)
+    I64(Vec<i64>),
     Str(Texts),
     Bool(Vec<Option<bool>>),
+    /// booleans without nulls (a model column handed over whole)
+    Flags(Vec<bool>),
     StrList(Vec<Option<Vec<String>>>),
 }
 
@@ -114,17 +118,19 @@ impl Col {
     pub fn len(&self) -> usize {
         match self {
             Col::Int(v) => v.len(),
+            Col::I64(v) => v.len(),
             Col::Str(v) => v.len(),
             Col::Bool(v) => v.len(),
+            Col::Flags(v) => v.len(),
             Col::StrList(v) => v.len(),
         }
     }
 
     fn kind_name(&self) -> &'static str {
         match self {
-            Col::Int(_) => "integers",
+            Col::Int(_) | Col::I64(_) => "integers",
             Col::Str(_) => "strings",
-            Col::Bool(_) => "booleans",
+            Col::Bool(_) | Col::Flags(_) => "booleans",
             Col::StrList(_) => "lists of strings",
         }
     }
@@ -144,8 +150,10 @@ impl Col {
     fn subset(&self, keep: &[usize]) -> Col {
         match self {
             Col::Int(v) => Col::Int(keep.iter().map(|&i| v[i]).collect()),
+            Col::I64(v) => Col::I64(keep.iter().map(|&i| v[i]).collect()),
             Col::Str(v) => Col::Str(v.subset(keep)),
             Col::Bool(v) => Col::Bool(keep.iter().map(|&i| v[i]).collect()),
+            Col::Flags(v) => Col::Flags(keep.iter().map(|&i| v[i]).collect()),
             Col::StrList(v) => Col::StrList(keep.iter().map(|&i| v[i].clone()).collect()),
         }
     }
@@ -153,10 +161,10 @@ impl Col {
     /// The type a column of this kind has in `REPLAY_COLUMN_TYPES` (`db` is an int).
     fn default_type(&self, name: &str) -> DataType {
         match self {
-            Col::Int(_) if name == "db" => DataType::Int32,
-            Col::Int(_) => DataType::Int64,
+            Col::Int(_) | Col::I64(_) if name == "db" => DataType::Int32,
+            Col::Int(_) | Col::I64(_) => DataType::Int64,
             Col::Str(_) => DataType::Utf8,
-            Col::Bool(_) => DataType::Boolean,
+            Col::Bool(_) | Col::Flags(_) => DataType::Boolean,
             Col::StrList(_) => {
                 DataType::List(Arc::new(Field::new("element", DataType::Utf8, true)))
             }
@@ -168,8 +176,24 @@ impl Col {
         let mismatch = || format!("{} cannot be written as {dtype}", self.kind_name());
         Ok(match (self, dtype) {
             (Col::Int(v), DataType::Int64) => {
-                Arc::new(Int64Array::from_iter(v[range].iter().copied()))
+                let v = &v[range];
+                let values: Vec<i64> = v.iter().map(|x| x.unwrap_or_default()).collect();
+                Arc::new(Int64Array::new(ScalarBuffer::from(values), nulls_of(v)))
             }
+            (Col::I64(v), DataType::Int64) => {
+                Arc::new(Int64Array::new(ScalarBuffer::from(v[range].to_vec()), None))
+            }
+            (Col::I64(v), DataType::Int32) => {
+                let mut out = Vec::with_capacity(range.len());
+                for x in &v[range] {
+                    out.push(i32::try_from(*x).map_err(|_| format!("{x} does not fit an int32"))?);
+                }
+                Arc::new(Int32Array::new(ScalarBuffer::from(out), None))
+            }
+            (Col::Flags(v), DataType::Boolean) => Arc::new(BooleanArray::new(
+                BooleanBuffer::from_iter(v[range].iter().copied()),
+                None,
+            )),
             (Col::Int(v), DataType::Int32) => {
                 let mut out = Vec::with_capacity(range.len());
                 for x in &v[range] {
@@ -203,6 +227,14 @@ impl Col {
     }
 }
 
+/// The validity of optional values (None when every one is there).
+fn nulls_of<T>(values: &[Option<T>]) -> Option<NullBuffer> {
+    values
+        .iter()
+        .any(Option::is_none)
+        .then(|| NullBuffer::from_iter(values.iter().map(Option::is_some)))
+}
+
 /// Rows `range` of packed strings as a (large) string array: their bytes copied at
 /// once, offsets counted from the first row's start.
 fn texts_array<O: OffsetSizeTrait>(texts: &Texts, range: Range<usize>) -> Result<ArrayRef, String> {
@@ -221,7 +253,7 @@ fn texts_array<O: OffsetSizeTrait>(texts: &Texts, range: Range<usize>) -> Result
         offsets.push(O::from_usize(end - start).ok_or_else(too_big)?);
     }
     let stop = rows.last().copied().unwrap_or(start);
-    let values = Buffer::from(bytes.as_bytes().get(start..stop).ok_or_else(too_big)?);
+    let values = Buffer::from(bytes.get(start..stop).ok_or_else(too_big)?);
     let nulls = valid
         .and_then(|v| v.get(range))
         .map(|v| NullBuffer::from(v.to_vec()));
@@ -394,7 +426,7 @@ impl Cols {
                     col.array(start..stop, dtype)
                         .map_err(|e| format!("{table} column {name}: {e}"))?
                 } else if let Some((_, value)) = constants.iter().find(|(c, _)| *c == name) {
-                    Col::Int(vec![Some(*value); stop - start])
+                    Col::I64(vec![*value; stop - start])
                         .array(0..stop - start, dtype)
                         .map_err(|e| format!("{table} column {name}: {e}"))?
                 } else {
@@ -436,7 +468,7 @@ pub trait IntoCol {
 
 impl IntoCol for Vec<i64> {
     fn into_col(self) -> Col {
-        Col::Int(self.into_iter().map(Some).collect())
+        Col::I64(self)
     }
 }
 impl IntoCol for Vec<Option<i64>> {
@@ -495,7 +527,7 @@ impl IntoCol for Vec<Option<&'static str>> {
 }
 impl IntoCol for Vec<bool> {
     fn into_col(self) -> Col {
-        Col::Bool(self.into_iter().map(Some).collect())
+        Col::Flags(self)
     }
 }
 impl IntoCol for Vec<Option<bool>> {
@@ -512,6 +544,66 @@ impl IntoCol for Vec<Option<Vec<String>>> {
     fn into_col(self) -> Col {
         Col::StrList(self)
     }
+}
+
+/// A column given back to the model's sink it came from (`IntoCol` the other way):
+/// None when it is not of that sink's kind (a column made anew, e.g. by `owned`).
+pub trait FromCol: Sized {
+    fn from_col(col: Col) -> Option<Self>;
+}
+
+impl FromCol for Vec<i64> {
+    fn from_col(col: Col) -> Option<Self> {
+        match col {
+            Col::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+impl FromCol for Vec<Option<i64>> {
+    fn from_col(col: Col) -> Option<Self> {
+        match col {
+            Col::Int(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+impl FromCol for Vec<bool> {
+    fn from_col(col: Col) -> Option<Self> {
+        match col {
+            Col::Flags(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+impl FromCol for Texts {
+    fn from_col(col: Col) -> Option<Self> {
+        match col {
+            Col::Str(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+impl FromCol for Vec<Vec<String>> {
+    fn from_col(_: Col) -> Option<Self> {
+        None
+    }
+}
+
+/// A column-wise sink back from the `Cols` `cols_of!` made of it (same fields, same
+/// order), for its buffers: `sink_of!(cols; ChangeRows; db, key, ...)`. A column that
+/// does not fit comes back empty.
+#[macro_export]
+macro_rules! sink_of {
+    ($cols:expr; $ty:ident; $($field:ident),* $(,)?) => {{
+        let mut cols = $cols.cols.into_iter();
+        $ty {
+            $($field: cols
+                .next()
+                .and_then($crate::cols::FromCol::from_col)
+                .unwrap_or_default(),)*
+        }
+    }};
 }
 
 /// `Cols` of a column-wise sink whose fields are named like the output columns:

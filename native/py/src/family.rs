@@ -17,7 +17,7 @@ use pelmodel::{command_name, Profile, Replayer, Unit};
 
 use crate::cols::{Cols, Kind, Val, OUTPUT_BATCH_ROWS};
 use crate::failure::{guarded, Event, Failure, Fault};
-use crate::history::history_cols;
+use crate::history::{history_back, history_cols};
 use crate::input::{Bools, Ints, StrLists, Strs};
 use crate::snapshot::snapshot_cols;
 use crate::state::{row_digest, state_batch, SavedColumn, StateRow};
@@ -101,7 +101,6 @@ pub struct Family {
     fanout_counts: Vec<((&'static str, Option<String>), i64)>,
     /// set once a call failed or `finish` ran: the replay cannot go on
     over: Option<String>,
-    argv: Vec<String>,
     /// batches drained while a big input batch was applied (see `apply_batch`)
     early: Output,
     keep_state: bool,
@@ -148,7 +147,6 @@ impl Family {
             fanout_outcomes: Cols::new(OUTCOME_COLUMNS),
             fanout_counts: Vec::new(),
             over: None,
-            argv: Vec::new(),
             early: Vec::new(),
             keep_state: spec.keep_state,
             mark_seq: spec.mark_seq,
@@ -285,8 +283,9 @@ impl Family {
         if batch.column_by_name("lead").is_some() && n > 0 {
             self.lead = leads.get(0).unwrap_or(false);
         }
-        let mut argv = std::mem::take(&mut self.argv);
-        let result = (|| {
+        // each row's arguments borrowed from the batch (the model copies what it keeps)
+        let mut argv: Vec<&str> = Vec::new();
+        (|| {
             for i in 0..n {
                 let seq = seqs.get(i);
                 if saved.is_set(i) {
@@ -309,7 +308,7 @@ impl Family {
                         event: Box::new(Event {
                             seq,
                             ts_ms,
-                            argv: has_argv.then(|| argv.clone()),
+                            argv: has_argv.then(|| owned_argv(&argv)),
                             db,
                         }),
                     });
@@ -334,9 +333,7 @@ impl Family {
                 }
             }
             Ok(())
-        })();
-        self.argv = argv;
-        result
+        })()
     }
 
     /// One input row.
@@ -345,7 +342,7 @@ impl Family {
         &mut self,
         seq: i64,
         ts_ms: i64,
-        argv: &[String],
+        argv: &[&str],
         has_argv: bool,
         db: Option<i64>,
         client: Option<&str>,
@@ -383,7 +380,7 @@ impl Family {
                 event: Box::new(Event {
                     seq: Some(seq),
                     ts_ms: Some(ts_ms),
-                    argv: has_argv.then(|| argv.to_vec()),
+                    argv: has_argv.then(|| owned_argv(argv)),
                     db,
                 }),
                 kind,
@@ -439,10 +436,16 @@ impl Family {
         let tables = guarded(|| self.replayer.drain_tables())
             .map_err(|p| Failure::Runtime(format!("replay of {family} panicked: {p}")))?;
         let mut out = Vec::new();
-        for (table, cols) in history_cols(tables) {
+        let read = history_cols(tables).map(|(table, cols)| {
             let cols = cols.owned(self.own.as_ref(), self.lead);
-            self.emit(&mut out, table, &cols, WITH_AS_OF.contains(&table))?;
+            (table, cols)
+        });
+        for (table, cols) in &read {
+            self.emit(&mut out, table, cols, WITH_AS_OF.contains(table))?;
         }
+        // the columns' buffers go back to the model for the next rows
+        let read = read.map(|(_, cols)| cols);
+        self.replayer.recycle_tables(history_back(read));
         let outcomes = std::mem::replace(&mut self.fanout_outcomes, Cols::new(OUTCOME_COLUMNS));
         self.emit(&mut out, "outcome", &outcomes, false)?;
         Ok(out)
@@ -473,6 +476,11 @@ impl Family {
         out.extend(batches.into_iter().map(|b| (table, b)));
         Ok(())
     }
+}
+
+/// An event's arguments as the failure reports carry them.
+fn owned_argv(argv: &[&str]) -> Vec<String> {
+    argv.iter().map(|a| (*a).to_owned()).collect()
 }
 
 /// Counters of the non-fan-out commands this replay applied, per command and outcome

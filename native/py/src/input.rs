@@ -176,9 +176,41 @@ impl<'a> StrLists<'a> {
         })
     }
 
+    /// Row `i`'s strings into `out` (cleared first), borrowed from the batch: no copy of
+    /// any argument. False when the row is null (or there is no column); `Err(j)` when
+    /// its element `j` is null.
+    pub fn fill(&self, i: usize, out: &mut Vec<&'a str>) -> Result<bool, usize> {
+        fn fill_from<'a, O: OffsetSizeTrait>(
+            list: &GenericListArray<O>,
+            values: &Strs<'a>,
+            i: usize,
+            out: &mut Vec<&'a str>,
+        ) -> Result<bool, usize> {
+            out.clear();
+            if i >= list.len() || list.is_null(i) {
+                return Ok(false);
+            }
+            let offsets = list.value_offsets();
+            let (start, stop) = (offsets[i].as_usize(), offsets[i + 1].as_usize());
+            for (j, at) in (start..stop).enumerate() {
+                out.push(values.get(at).ok_or(j)?);
+            }
+            Ok(true)
+        }
+        match self {
+            StrLists::Missing => {
+                out.clear();
+                Ok(false)
+            }
+            StrLists::Small(list, values) => fill_from(list, values, i, out),
+            StrLists::Large(list, values) => fill_from(list, values, i, out),
+        }
+    }
+
     /// Row `i`'s strings into `out` (cleared first; its strings are reused). False when
-    /// the row is null (or there is no column); `Err(j)` when its element `j` is null.
-    pub fn fill(&self, i: usize, out: &mut Vec<String>) -> Result<bool, usize> {
+    /// the row is null (or there is no column); `Err(j)` when its element `j` is null
+    /// (`out` then holds the row's strings before it, over the last row's).
+    pub fn fill_owned(&self, i: usize, out: &mut Vec<String>) -> Result<bool, usize> {
         fn fill_from<O: OffsetSizeTrait>(
             list: &GenericListArray<O>,
             values: &Strs<'_>,

@@ -74,7 +74,7 @@ impl Route {
                     })
                 };
                 argvs
-                    .fill(i, &mut argv)
+                    .fill_owned(i, &mut argv)
                     .map_err(|index| Failure::RoutingNullArgument {
                         event: event(&argv),
                         index,

@@ -48,10 +48,10 @@ use crate::profile::resolve_saved;
 
 /// Python's `repr((seq, ts_ms, argv, db, client, bool(marker)))`: what the Python engine's
 /// `row_digest` hashes.
-pub fn row_text(
+pub fn row_text<S: AsRef<str>>(
     seq: i64,
     ts_ms: i64,
-    argv: Option<&[String]>,
+    argv: Option<&[S]>,
     db: Option<i64>,
     client: Option<&str>,
     marker: bool,
@@ -66,7 +66,7 @@ pub fn row_text(
                 if i > 0 {
                     text.push_str(", ");
                 }
-                text.push_str(&py_repr(arg));
+                text.push_str(&py_repr(arg.as_ref()));
             }
             text.push(']');
         }
@@ -87,10 +87,10 @@ pub fn row_text(
 
 /// The Python engine's `row_digest`: a stable 63-bit digest of one replayed row (BLAKE2b of 8
 /// bytes of `row_text`, big-endian, shifted right by one), XOR-ed into `agg_x`.
-pub fn row_digest(
+pub fn row_digest<S: AsRef<str>>(
     seq: i64,
     ts_ms: i64,
-    argv: Option<&[String]>,
+    argv: Option<&[S]>,
     db: Option<i64>,
     client: Option<&str>,
     marker: bool,
@@ -650,11 +650,11 @@ mod tests {
             "(5, -1, ['XADD', \"it's\", 'a\"b\\'c', '\\\\\\n\\x7fé\\u200b'], None, 'c:1', True)"
         );
         assert_eq!(
-            row_text(1, 2, None, Some(3), None, false),
+            row_text::<String>(1, 2, None, Some(3), None, false),
             "(1, 2, None, 3, None, False)"
         );
         assert_eq!(
-            row_text(1, 2, Some(&[]), Some(0), None, false),
+            row_text::<String>(1, 2, Some(&[]), Some(0), None, false),
             "(1, 2, [], 0, None, False)"
         );
     }

@@ -64,6 +64,7 @@ fn serve_new(
     let mut g = hist.open(call, key, group);
     let start = incr_id(*g.last_id).unwrap_or(ZERO_ID);
     let mut delivered: i64 = 0;
+    let mut reader: Option<usize> = None;
     for &entry_id in entries.iter_from(start) {
         delivered += 1;
         if entry_id > *g.last_id {
@@ -94,12 +95,29 @@ fn serve_new(
                     ("reassigned", previous, nack)
                 }
             };
-            consumer_mut(g.consumers, consumer)?.pel.insert(entry_id);
+            // the reader's place in the map, found once: the loop adds and removes no
+            // consumer, so it stays where it is
+            let at = match reader {
+                Some(at) => at,
+                None => {
+                    let at = g
+                        .consumers
+                        .get_index_of(consumer)
+                        .ok_or_else(|| internal("KeyError: the consumer vanished"))?;
+                    reader = Some(at);
+                    at
+                }
+            };
+            let (_, reader_state) = g
+                .consumers
+                .get_index_mut(at)
+                .ok_or_else(|| internal("KeyError: the consumer vanished"))?;
+            reader_state.pel.insert(entry_id);
+            if profile.active_time {
+                reader_state.active_time = now;
+            }
             g.log
                 .delivered(entry_id, change, previous.as_deref(), consumer, nack);
-            if profile.active_time {
-                consumer_mut(g.consumers, consumer)?.active_time = now;
-            }
         }
         if read.count != 0 && delivered == read.count {
             break;
