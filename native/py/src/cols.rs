@@ -552,38 +552,20 @@ pub trait FromCol: Sized {
     fn from_col(col: Col) -> Option<Self>;
 }
 
-impl FromCol for Vec<i64> {
-    fn from_col(col: Col) -> Option<Self> {
-        match col {
-            Col::I64(v) => Some(v),
-            _ => None,
+/// `FromCol` for sinks that are exactly one kind of `Col`: `from_col!(Vec<i64> => I64, ...)`.
+macro_rules! from_col {
+    ($($ty:ty => $kind:ident),* $(,)?) => {$(
+        impl FromCol for $ty {
+            fn from_col(col: Col) -> Option<Self> {
+                match col {
+                    Col::$kind(v) => Some(v),
+                    _ => None,
+                }
+            }
         }
-    }
+    )*};
 }
-impl FromCol for Vec<Option<i64>> {
-    fn from_col(col: Col) -> Option<Self> {
-        match col {
-            Col::Int(v) => Some(v),
-            _ => None,
-        }
-    }
-}
-impl FromCol for Vec<bool> {
-    fn from_col(col: Col) -> Option<Self> {
-        match col {
-            Col::Flags(v) => Some(v),
-            _ => None,
-        }
-    }
-}
-impl FromCol for Texts {
-    fn from_col(col: Col) -> Option<Self> {
-        match col {
-            Col::Str(v) => Some(v),
-            _ => None,
-        }
-    }
-}
+from_col!(Vec<i64> => I64, Vec<Option<i64>> => Int, Vec<bool> => Flags, Texts => Str);
 impl FromCol for Vec<Vec<String>> {
     fn from_col(_: Col) -> Option<Self> {
         None

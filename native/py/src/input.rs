@@ -12,6 +12,7 @@ use arrow_array::{
 };
 use arrow_data::ArrayData;
 use arrow_schema::DataType;
+use std::ops::Range;
 
 /// An input column of the wrong type (a `TypeError` in Python).
 #[derive(Debug)]
@@ -176,74 +177,60 @@ impl<'a> StrLists<'a> {
         })
     }
 
+    /// Where row `i`'s strings are: the column's values and the row's span of them.
+    /// None when the row is null, past the end, or there is no column.
+    fn span(&self, i: usize) -> Option<(&Strs<'a>, Range<usize>)> {
+        fn range_of<O: OffsetSizeTrait>(
+            list: &GenericListArray<O>,
+            i: usize,
+        ) -> Option<Range<usize>> {
+            if i >= list.len() || list.is_null(i) {
+                return None;
+            }
+            let offsets = list.value_offsets();
+            Some(offsets[i].as_usize()..offsets[i + 1].as_usize())
+        }
+        match self {
+            StrLists::Missing => None,
+            StrLists::Small(list, values) => range_of(list, i).map(|r| (values, r)),
+            StrLists::Large(list, values) => range_of(list, i).map(|r| (values, r)),
+        }
+    }
+
     /// Row `i`'s strings into `out` (cleared first), borrowed from the batch: no copy of
     /// any argument. False when the row is null (or there is no column); `Err(j)` when
     /// its element `j` is null.
     pub fn fill(&self, i: usize, out: &mut Vec<&'a str>) -> Result<bool, usize> {
-        fn fill_from<'a, O: OffsetSizeTrait>(
-            list: &GenericListArray<O>,
-            values: &Strs<'a>,
-            i: usize,
-            out: &mut Vec<&'a str>,
-        ) -> Result<bool, usize> {
-            out.clear();
-            if i >= list.len() || list.is_null(i) {
-                return Ok(false);
-            }
-            let offsets = list.value_offsets();
-            let (start, stop) = (offsets[i].as_usize(), offsets[i + 1].as_usize());
-            for (j, at) in (start..stop).enumerate() {
-                out.push(values.get(at).ok_or(j)?);
-            }
-            Ok(true)
+        out.clear();
+        let Some((values, range)) = self.span(i) else {
+            return Ok(false);
+        };
+        for (j, at) in range.enumerate() {
+            out.push(values.get(at).ok_or(j)?);
         }
-        match self {
-            StrLists::Missing => {
-                out.clear();
-                Ok(false)
-            }
-            StrLists::Small(list, values) => fill_from(list, values, i, out),
-            StrLists::Large(list, values) => fill_from(list, values, i, out),
-        }
+        Ok(true)
     }
 
     /// Row `i`'s strings into `out` (cleared first; its strings are reused). False when
     /// the row is null (or there is no column); `Err(j)` when its element `j` is null
     /// (`out` then holds the row's strings before it, over the last row's).
     pub fn fill_owned(&self, i: usize, out: &mut Vec<String>) -> Result<bool, usize> {
-        fn fill_from<O: OffsetSizeTrait>(
-            list: &GenericListArray<O>,
-            values: &Strs<'_>,
-            i: usize,
-            out: &mut Vec<String>,
-        ) -> Result<bool, usize> {
-            if i >= list.len() || list.is_null(i) {
-                out.clear();
-                return Ok(false);
+        let Some((values, range)) = self.span(i) else {
+            out.clear();
+            return Ok(false);
+        };
+        let n = range.len();
+        for (j, at) in range.enumerate() {
+            let value = values.get(at).ok_or(j)?;
+            if let Some(slot) = out.get_mut(j) {
+                slot.clear();
+                slot.push_str(value);
+            } else {
+                out.push(value.to_owned());
             }
-            let offsets = list.value_offsets();
-            let (start, stop) = (offsets[i].as_usize(), offsets[i + 1].as_usize());
-            let n = stop - start;
-            for (j, at) in (start..stop).enumerate() {
-                let value = values.get(at).ok_or(j)?;
-                if let Some(slot) = out.get_mut(j) {
-                    slot.clear();
-                    slot.push_str(value);
-                } else {
-                    out.push(value.to_owned());
-                }
-            }
-            out.truncate(n);
-            Ok(true)
         }
-        match self {
-            StrLists::Missing => {
-                out.clear();
-                Ok(false)
-            }
-            StrLists::Small(list, values) => fill_from(list, values, i, out),
-            StrLists::Large(list, values) => fill_from(list, values, i, out),
-        }
+        out.truncate(n);
+        Ok(true)
     }
 }
 
