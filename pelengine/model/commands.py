@@ -18,6 +18,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sortedcontainers import SortedList
+
 from pelengine.model import listpack as lp
 from pelengine.model.calls import BlockedRead, Call, Model
 from pelengine.model.ids import (
@@ -286,7 +288,7 @@ def append_entry(
     )
     tail.total += 1
     tail.live += 1
-    tail.last_id = entry_id
+    tail.appended(entry_id)
 
 
 def _mark_deleted(node: Node, count: int) -> None:
@@ -318,6 +320,28 @@ def _approx_limit(args: TrimArgs, r: Model) -> int:
     if limit <= 0:
         return 10000
     return min(limit, 1_000_000)
+
+
+def _minid_cut(entries: SortedList, node: Node, minid: StreamID) -> int:
+    """How many live entries of the head ``node`` (``entries[:node.live]``) an exact
+    ``MINID`` trim removes: Redis walks the listpack in order and stops at the first
+    entry at or above ``minid``, deleted or not. Where listpack order is ID order that
+    is every live entry below ``minid``; across the node's ``runs``, the live entries of
+    each run lie below the next run's first ID, and the walk stops in the first run
+    whose last ID reaches ``minid``."""
+    below = min(entries.bisect_left(minid), node.live)
+    if not node.runs:
+        return below
+    cut = 0
+    for i, (_first, last) in enumerate(node.runs):
+        upper = node.live
+        if i + 1 < len(node.runs):
+            upper = min(entries.bisect_left(node.runs[i + 1][0]), node.live)
+        if last < minid:
+            cut = upper
+            continue
+        return min(max(below, cut), upper)
+    return cut
 
 
 def _trim(r: Model, call: Call, key: str, stream: Stream, args: TrimArgs) -> int:
@@ -360,7 +384,7 @@ def _trim(r: Model, call: Call, key: str, stream: Stream, args: TrimArgs) -> int
         if args.strategy == "maxlen":
             cut = len(entries) - args.maxlen
         else:
-            cut = min(entries.bisect_left(args.minid), node.live)
+            cut = _minid_cut(entries, node, args.minid)
         if cut > 0:
             if removed is not None:
                 removed.extend(entries[:cut])
@@ -1254,7 +1278,8 @@ def _load_node(stream: Stream, args: list[str]) -> None:
     node = Node(master, fields, nbytes)
     node.total = len(entries)
     node.live = sum(1 for _, live in entries if live)
-    node.last_id = entries[-1][0]
+    for entry_id, _live in entries:
+        node.appended(entry_id)
     stream.nodes.append(node)
     stream.entries.update(entry_id for entry_id, live in entries if live)
 

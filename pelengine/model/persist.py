@@ -54,7 +54,7 @@ from pelengine.model.state import (
     Stream,
 )
 
-STATE_SCHEMA_VERSION = 2
+STATE_SCHEMA_VERSION = 3
 
 Fields = tuple[tuple[str, str], ...]
 
@@ -142,6 +142,12 @@ STATE_SCHEMA: tuple[tuple[str, Fields], ...] = (
             ("live", "long"),
             ("nbytes", "long"),
             ("fields", "array<string>"),
+            # the node's ascending runs of appended IDs (``Node.runs``): empty while
+            # listpack order is ID order (version 3)
+            ("run_first_ms", "array<u64>"),
+            ("run_first_seq", "array<u64>"),
+            ("run_last_ms", "array<u64>"),
+            ("run_last_seq", "array<u64>"),
         ),
     ),
     (
@@ -459,6 +465,10 @@ def dump(replayer: Replayer) -> dict[str, Any]:
                     "live": node.live,
                     "nbytes": node.nbytes,
                     "fields": list(node.fields),
+                    "run_first_ms": [_u(first.ms) for first, _ in node.runs],
+                    "run_first_seq": [_u(first.seq) for first, _ in node.runs],
+                    "run_last_ms": [_u(last.ms) for _, last in node.runs],
+                    "run_last_seq": [_u(last.seq) for _, last in node.runs],
                 }
             )
         for group in value.groups.values():
@@ -604,6 +614,11 @@ def _build(state: dict[str, list[dict[str, Any]]]) -> Replayer:
         node.total = row["total"]
         node.live = row["live"]
         node.nbytes = row["nbytes"]
+        firsts = _ids(row["run_first_ms"], row["run_first_seq"])
+        lasts = _ids(row["run_last_ms"], row["run_last_seq"])
+        if len(firsts) != len(lasts):
+            raise StateError(f"node runs with {len(firsts)} first and {len(lasts)} last IDs")
+        node.runs = list(zip(firsts, lasts, strict=True))
         streams[(row["db"], row["key"])].nodes.append(node)
     groups: dict[tuple[int, str, str], Group] = {}
     for row in state["groups"]:

@@ -142,9 +142,16 @@ class Node:
     size, it decides when the next entry opens a new node), ``live`` the
     entries still in the stream, ``last_id`` the last entry appended to it
     (deleted or not), ``fields`` the master entry's field names.
+
+    ``runs``: empty while every entry appended to the node had a larger ID than the one
+    before it (listpack order is ID order); once one had a smaller ID (``XSETID`` went
+    below a deleted entry), the (first, last) ID of each ascending run of appended
+    entries, deleted ones included, in listpack order. An exact ``MINID`` trim stops at
+    the first entry at or above the threshold in listpack order, deleted or not
+    (``commands._minid_cut``).
     """
 
-    __slots__ = ("master_id", "total", "live", "last_id", "fields", "nbytes")
+    __slots__ = ("master_id", "total", "live", "last_id", "fields", "nbytes", "runs")
 
     def __init__(self, master_id: StreamID, fields: tuple[str, ...], nbytes: int) -> None:
         self.master_id = master_id
@@ -153,6 +160,17 @@ class Node:
         self.last_id = master_id
         self.fields = fields
         self.nbytes = nbytes
+        self.runs: list[tuple[StreamID, StreamID]] = []
+
+    def appended(self, entry_id: StreamID) -> None:
+        """``entry_id`` was appended after ``last_id``: the runs follow it."""
+        if entry_id < self.last_id:
+            if not self.runs:
+                self.runs.append((self.master_id, self.last_id))
+            self.runs.append((entry_id, entry_id))
+        elif self.runs:
+            self.runs[-1] = (self.runs[-1][0], entry_id)
+        self.last_id = entry_id
 
 
 class Stream:

@@ -409,18 +409,21 @@ def test_another_schema_version_is_refused_naming_both() -> None:
     data["state_version"] = 7
     with pytest.raises(
         StateVersionError,
-        match=r"^state schema version 7 is not supported \(this pelengine reads version 2\)$",
+        match=r"^state schema version 7 is not supported \(this pelengine reads version 3\)$",
     ):
         load(data)
-    # the layout before delivery records and groups carried changed_*/moved_*
-    data["state_version"] = 1
-    with pytest.raises(StateVersionError, match=r"version 1 is not supported .*reads version 2"):
-        load(data)
+    # the layouts before nodes carried their runs (2) and before delivery records and
+    # groups carried changed_*/moved_* (1)
+    for old in (2, 1):
+        data["state_version"] = old
+        refused = rf"version {old} is not supported .*reads version 3"
+        with pytest.raises(StateVersionError, match=refused):
+            load(data)
     del data["state_version"]
-    with pytest.raises(StateVersionError, match=r"version is missing .*reads version 2"):
+    with pytest.raises(StateVersionError, match=r"version is missing .*reads version 3"):
         load(data)
-    data["state_version"] = "2"
-    with pytest.raises(StateVersionError, match=r"version '2' is not supported"):
+    data["state_version"] = "3"
+    with pytest.raises(StateVersionError, match=r"version '3' is not supported"):
         load(data)
 
 

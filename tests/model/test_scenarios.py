@@ -652,6 +652,35 @@ for _label, _cmd, _len, _first in [
             "pel_ids": {SG: ["1-0", "2-0", "3-0"]},
         },
     )
+# XSETID may go below a deleted entry (never below a live one): the next entries follow
+# its tombstone in the same listpack, and an exact MINID trim walks the listpack in
+# order, stopping at the first entry at or above the threshold, deleted or not
+# (streamTrim of 7.0.15: "stop = streamCompareID(&currid, id) >= 0" comes before the
+# deleted flag is looked at). Seen on a live Redis 7.0.15: 1 trimmed, then 0, then 0.
+# 7.2+ refuse an XSETID below max_deleted_entry_id (which XDEL sets): 7.0 only.
+_BELOW_TOMBSTONE = [
+    *add("1-0", "5-0"),
+    S(1000, "XDEL s 5-0"),
+    S(1000, "XSETID s 1-0"),
+    *add("2-0", "3-0"),
+]
+versioned(
+    "exact_minid_trim_stops_at_a_tombstone_above_it",
+    [*_BELOW_TOMBSTONE, S(1001, "XTRIM s MINID 3-0")],
+    {"7.0": {"streams": {("s",): {"length": 2, "first_entry_id": "2-0"}}}},
+)
+versioned(
+    "exact_minid_trim_stops_in_the_first_run_that_reaches_it",
+    [
+        *_BELOW_TOMBSTONE,
+        S(1001, "XTRIM s MINID 3-0"),
+        S(1001, "XDEL s 3-0"),
+        S(1001, "XSETID s 2-0"),
+        *add("2-1", "4-0", ts=1001),
+        S(1002, "XTRIM s MINID 2-2"),
+    ],
+    {"7.0": {"streams": {("s",): {"length": 3, "first_entry_id": "2-0"}}}},
+)
 shared(
     "xtrim_argument_errors",
     [

@@ -365,7 +365,7 @@ def test_state_column_is_read() -> None:
     rows = hand_rows()[:3]
     batches = batches_of(rows)
     batch = batches[0]
-    states = pa.array([{"state_version": 2}, None, None], state_type)
+    states = pa.array([{"state_version": 3}, None, None], state_type)
     with_state = pa.RecordBatch.from_arrays(
         [*batch.columns, states], names=[*batch.schema.names, "state"]
     )

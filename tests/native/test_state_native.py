@@ -404,7 +404,7 @@ def _corrupt(state: Row) -> Iterator[tuple[str, Row]]:
         return state | {"state": state["state"] | sections}
 
     yield "old version", state | {"state_version": 0}
-    yield "new version", state | {"state_version": 3}
+    yield "new version", state | {"state_version": 4}
     yield "no version", state | {"state_version": None}
     yield "no state", state | {"state": None}
     yield "a section missing", with_state(pending=None, calls=None)

@@ -553,6 +553,32 @@ SCENARIOS: list[Scenario] = [
         ],
     ),
     Scenario(
+        # XSETID may go below a deleted entry (not below a live one): the next entries
+        # follow its tombstone in the same listpack, and an exact MINID trim walks the
+        # listpack in order, stopping at the first entry at or above the threshold,
+        # deleted or not (found by the live job test on Redis 7.0)
+        "exact_minid_trim_stops_at_a_tombstone_above_it_after_xsetid_went_below",
+        [
+            "XADD s 1-0 f v",
+            "XADD s 5-0 f v",
+            "XGROUP CREATE s g 0",
+            "XREADGROUP GROUP g c1 STREAMS s >",
+            "XDEL s 5-0",
+            "XSETID s 1-0",
+            "XADD s 2-0 f v",
+            "XADD s 3-0 f v",
+            "XTRIM s MINID 3-0",
+            "XTRIM s MINID 2-5",
+            "XDEL s 3-0",
+            "XSETID s 2-0",
+            "XADD s 2-1 f v",
+            "XADD s 4-0 f v",
+            "XTRIM s MINID 2-2",
+            "XREADGROUP GROUP g c2 STREAMS s 0",
+            "XTRIM s MINID 9-0",
+        ],
+    ),
+    Scenario(
         "dangling_entries_stay_until_a_claim_touches_them",
         [
             *three_pending(),

@@ -283,7 +283,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
     state_path = str(inc / "_state")
     rows_now = read_table(spark, state_path).collect()
     (run,) = [r for r in rows_now if r["kind"] == "run"]
-    assert run["state_version"] == 2 and run["state"] is None and run["select_db"] == 0
+    assert run["state_version"] == 3 and run["state"] is None and run["select_db"] == 0
     assert run["delivery_counts_version"] == table_version(spark, str(inc / "delivery_counts"))
     assert (0, "t", "s") in [(f["db"], f["key"], f["family"]) for f in run["family_of"]]
     families = {r["family"]: r for r in rows_now if r["kind"] == "family"}

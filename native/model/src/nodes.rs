@@ -80,7 +80,7 @@ pub(crate) fn append_entry(
     tail.nbytes = nbytes;
     tail.total = total;
     tail.live = live;
-    tail.last_id = entry_id;
+    tail.appended(entry_id);
     Ok(())
 }
 

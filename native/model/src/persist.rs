@@ -42,7 +42,7 @@ use crate::state::{Consumer, Counters, DeliveryRecord, Group, Node, PelVersion, 
 use crate::state::{Entries, Stream, Value};
 
 /// The schema version `dump` writes and `load` reads (Python's `STATE_SCHEMA_VERSION`).
-pub const STATE_SCHEMA_VERSION: i64 = 2;
+pub const STATE_SCHEMA_VERSION: i64 = 3;
 /// What a key holding a stream says in the `keys` section.
 pub const STREAM_TYPE: &str = "stream";
 
@@ -333,6 +333,12 @@ rows! {
         live: i64 = "long",
         nbytes: i64 = "long",
         fields: Vec<String> = "array<string>",
+        // the node's ascending runs of appended IDs (`Node::runs`): empty while
+        // listpack order is ID order (version 3)
+        run_first_ms: Vec<i64> = "array<u64>",
+        run_first_seq: Vec<i64> = "array<u64>",
+        run_last_ms: Vec<i64> = "array<u64>",
+        run_last_seq: Vec<i64> = "array<u64>",
     }
     GroupRow = "groups" {
         db: i32 = "int",
@@ -949,6 +955,10 @@ pub fn dump(r: &Replayer) -> Result<StateData, String> {
                 live: node.live,
                 nbytes: node.nbytes,
                 fields: node.fields.clone(),
+                run_first_ms: node.runs.iter().map(|r| u(r.0.ms)).collect(),
+                run_first_seq: node.runs.iter().map(|r| u(r.0.seq)).collect(),
+                run_last_ms: node.runs.iter().map(|r| u(r.1.ms)).collect(),
+                run_last_seq: node.runs.iter().map(|r| u(r.1.seq)).collect(),
             });
         }
         for group in stream.groups.values() {
@@ -1192,6 +1202,38 @@ fn build(s: &StateSections, resolve: ResolveProfile<'_>) -> Result<Replayer, Str
         node.total = row.total;
         node.live = row.live;
         node.nbytes = row.nbytes;
+        let parts = [
+            row.run_first_ms.len(),
+            row.run_first_seq.len(),
+            row.run_last_ms.len(),
+            row.run_last_seq.len(),
+        ];
+        if parts[0] != parts[1] {
+            return Err(format!(
+                "StateError: entry ID lists of {} and {} parts",
+                parts[0], parts[1]
+            ));
+        }
+        if parts[2] != parts[3] {
+            return Err(format!(
+                "StateError: entry ID lists of {} and {} parts",
+                parts[2], parts[3]
+            ));
+        }
+        if parts[0] != parts[2] {
+            return Err(format!(
+                "StateError: node runs with {} first and {} last IDs",
+                parts[0], parts[2]
+            ));
+        }
+        node.runs = (0..parts[0])
+            .map(|i| {
+                (
+                    id(row.run_first_ms[i], row.run_first_seq[i]),
+                    id(row.run_last_ms[i], row.run_last_seq[i]),
+                )
+            })
+            .collect();
         stream.nodes.push(node);
     }
     for row in &s.groups {

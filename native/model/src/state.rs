@@ -179,6 +179,13 @@ impl Group {
 /// decides when the next entry opens a new node), `live` the entries still in the
 /// stream, `last_id` the last entry appended to it (deleted or not), `fields` the
 /// master entry's field names.
+///
+/// `runs`: empty while every entry appended to the node had a larger ID than the one
+/// before it (listpack order is ID order); once one had a smaller ID (`XSETID` went
+/// below a deleted entry), the (first, last) ID of each ascending run of appended
+/// entries, deleted ones included, in listpack order. An exact `MINID` trim stops at
+/// the first entry at or above the threshold in listpack order, deleted or not
+/// (`trim::minid_cut`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
     pub master_id: StreamId,
@@ -187,6 +194,7 @@ pub struct Node {
     pub last_id: StreamId,
     pub fields: Vec<String>,
     pub nbytes: i64,
+    pub runs: Vec<(StreamId, StreamId)>,
 }
 
 impl Node {
@@ -198,7 +206,21 @@ impl Node {
             last_id: master_id,
             fields,
             nbytes,
+            runs: Vec::new(),
         }
+    }
+
+    /// `entry_id` was appended after `last_id`: the runs follow it.
+    pub fn appended(&mut self, entry_id: StreamId) {
+        if entry_id < self.last_id {
+            if self.runs.is_empty() {
+                self.runs.push((self.master_id, self.last_id));
+            }
+            self.runs.push((entry_id, entry_id));
+        } else if let Some(run) = self.runs.last_mut() {
+            run.1 = entry_id;
+        }
+        self.last_id = entry_id;
     }
 }
 

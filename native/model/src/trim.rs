@@ -5,7 +5,7 @@ use crate::fail::{overflow, Fail};
 use crate::ids::{StreamId, ZERO_ID};
 use crate::nodes::{mark_deleted, prefix_len, refresh_first_id};
 use crate::recorder::Recorder;
-use crate::state::Stream;
+use crate::state::{Entries, Node, Stream};
 
 /// What decides how far the head goes: a length to keep, or the lowest ID to keep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +58,33 @@ fn approx_limit(args: &TrimArgs, node_max_entries: i64) -> i64 {
         return 10000;
     }
     limit.min(1_000_000) as i64
+}
+
+/// How many live entries of the head `node` (the first `node.live` of `entries`) an
+/// exact `MINID` trim removes: Redis walks the listpack in order and stops at the
+/// first entry at or above `minid`, deleted or not. Where listpack order is ID order
+/// that is every live entry below `minid`; across the node's `runs`, the live entries
+/// of each run lie below the next run's first ID, and the walk stops in the first run
+/// whose last ID reaches `minid` (Python's `commands._minid_cut`).
+fn minid_cut(entries: &Entries, node: &Node, minid: &StreamId) -> usize {
+    let live = usize::try_from(node.live).unwrap_or(0);
+    let below = entries.count_below(minid, live);
+    if node.runs.is_empty() {
+        return below;
+    }
+    let mut cut = 0usize;
+    for (i, (_first, last)) in node.runs.iter().enumerate() {
+        let upper = match node.runs.get(i + 1) {
+            Some((next, _)) => entries.count_below(next, live),
+            None => live,
+        };
+        if last < minid {
+            cut = upper;
+            continue;
+        }
+        return below.max(cut).min(upper);
+    }
+    cut
 }
 
 /// Remove entries from the head as MAXLEN/MINID asks.
@@ -118,7 +145,7 @@ pub(crate) fn trim(
         } else if live <= 0 {
             live
         } else {
-            stream.entries.count_below(&args.minid, live as usize) as i128
+            minid_cut(&stream.entries, node, &args.minid) as i128
         };
         if cut > 0 {
             let gone = stream.entries.pop_front(prefix_len(cut, len));

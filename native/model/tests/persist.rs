@@ -247,16 +247,19 @@ fn versions_and_refusals() {
     assert_eq!(data.state.model[0].last_call, Some(0));
 
     let mut other = data.clone();
-    other.state_version = 1; // the layout before changed_*/moved_*
-    assert_eq!(
-        persist::load(&other, &profile).err(),
-        Some(StateError::Version(
-            "state schema version 1 is not supported (this pelengine reads version 2)".into()
-        ))
-    );
+    // the layouts before nodes carried their runs (2) and before changed_*/moved_* (1)
+    for old in [2, 1] {
+        other.state_version = old;
+        assert_eq!(
+            persist::load(&other, &profile).err(),
+            Some(StateError::Version(format!(
+                "state schema version {old} is not supported (this pelengine reads version 3)"
+            )))
+        );
+    }
     assert_eq!(
         persist::check_version(None).unwrap_err().message(),
-        "state schema version is missing (this pelengine reads version 2)"
+        "state schema version is missing (this pelengine reads version 3)"
     );
     let refused = |edit: &dyn Fn(&mut StateData)| {
         let mut d = data.clone();
@@ -332,7 +335,7 @@ fn versions_and_refusals() {
     let plain = data.to_plain();
     assert!(persist::schema_problems(&plain, 10).is_empty());
     assert_eq!(
-        StateData::from_plain(&Datum::Int(2), &plain).as_ref(),
+        StateData::from_plain(&Datum::Int(persist::STATE_SCHEMA_VERSION), &plain).as_ref(),
         Ok(&data)
     );
     let mut bad = plain.clone();
@@ -349,7 +352,7 @@ fn versions_and_refusals() {
     missing.remove(3);
     missing.push(("extra".into(), vec![]));
     assert_eq!(
-        StateData::from_plain(&Datum::Int(2), &missing)
+        StateData::from_plain(&Datum::Int(persist::STATE_SCHEMA_VERSION), &missing)
             .unwrap_err()
             .to_string(),
         "the saved model's sections: missing ['streams'], unknown ['extra']"
@@ -357,7 +360,7 @@ fn versions_and_refusals() {
     assert_eq!(
         StateData::from_plain(&Datum::Str("2".into()), &plain).unwrap_err(),
         StateError::Version(
-            "state schema version '2' is not supported (this pelengine reads version 2)".into()
+            "state schema version '2' is not supported (this pelengine reads version 3)".into()
         )
     );
     assert_eq!(STATE_SCHEMA[2].1[2], ("type", "string"));
@@ -463,7 +466,9 @@ fn odd_saved_models_never_panic() {
                     for _ in 0..1 + rng.below(4) {
                         mutate(&mut rng, &mut odd);
                     }
-                    let Ok(odd) = StateData::from_plain(&Datum::Int(2), &odd) else {
+                    let Ok(odd) =
+                        StateData::from_plain(&Datum::Int(persist::STATE_SCHEMA_VERSION), &odd)
+                    else {
                         continue;
                     };
                     match persist::load(&odd, &common::profile) {

@@ -132,7 +132,7 @@ fn load_node(stream: &mut Stream, args: &[String]) -> Result<(), Fail> {
             pair.get(1).is_some_and(|live| live == "1"),
         ));
     }
-    let (Some(first), Some(last)) = (entries.first(), entries.last()) else {
+    let Some(first) = entries.first() else {
         return Err(internal("IndexError: no entries"));
     };
     if first.0 < master
@@ -146,7 +146,9 @@ fn load_node(stream: &mut Stream, args: &[String]) -> Result<(), Fail> {
     let mut node = Node::new(master, fields, nbytes);
     node.total = entries.len() as i64;
     node.live = entries.iter().filter(|(_, live)| *live).count() as i64;
-    node.last_id = last.0;
+    for (entry_id, _) in &entries {
+        node.appended(*entry_id);
+    }
     stream.nodes.push(node);
     for (entry_id, live) in entries {
         if live {
