@@ -304,7 +304,7 @@ def test_entries_closed_on_an_earlier_night_continue_their_row(
     )
     write_table(old, state_path, "overwrite", overwrite_schema=True)
     _state_of_record(spark, inc)
-    with pytest.raises(StateMismatchError, match=r"older pelengine .*version 2 .*new --out"):
+    with pytest.raises(StateMismatchError, match=r"older pelengine .*version 3 .*new --out"):
         run_reconstruct(spark, str(events), str(inc), settings)
 
 
@@ -377,5 +377,5 @@ def test_a_family_model_goes_through_arrow_unchanged() -> None:
 def test_a_family_model_of_another_version_is_refused_clearly() -> None:
     saved = {**dump(Replayer("7.0")), "agg_n": 0, "agg_x": 0}
     saved["state_version"] = 7
-    with pytest.raises(StateVersionError, match=r"version 7 is not supported .*reads version 2"):
+    with pytest.raises(StateVersionError, match=r"version 7 is not supported .*reads version 3"):
         load_state(saved)
