@@ -9,8 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 
 
-def delta_rs_table(path: str | Path) -> pa.Table:
-    """The newest version of the Delta table at ``path``, as one Arrow table."""
+def delta_rs_table(path: str | Path, version: int | None = None) -> pa.Table:
+    """The Delta table at ``path`` (its newest version, or ``version``), as one Arrow
+    table."""
     from deltalake import DeltaTable
 
-    return pa.table(DeltaTable(str(path)).scan())
+    return pa.table(DeltaTable(str(path), version=version).scan())

@@ -6,6 +6,10 @@ first (a sampling job and a sort per side): a night's nine tables took 4.4 to 5.
 compare that way on a warm session, and 2.9 to 3.0 s collected (1,500 events, delta-spark).
 The tests that compare every table of a night with a full run, again and again, use this;
 chispa stays where a test compares a DataFrame or two.
+
+Both sides may also be Arrow tables (``DataFrame.toArrow()``, a table delta-rs read): no
+Spark job at all. Arrow columns compare by name and Arrow type, a string view or a large
+string counting as a string (delta-rs reads strings as views).
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
+
+#: what :func:`assert_same_rows` compares: Spark DataFrames, or Arrow tables
+Rows = DataFrame | pa.Table
 
 
 def frozen(value: Any) -> Any:
@@ -28,27 +36,45 @@ def frozen(value: Any) -> Any:
     return value
 
 
-def columns_of(df: DataFrame) -> list[tuple[str, str]]:
-    """Each column's name and type (``simpleString``: no nullability, nested ones either)."""
+def _arrow_type(kind: pa.DataType) -> str:
+    return str(kind).replace("string_view", "string").replace("large_string", "string")
+
+
+def columns_of(df: Rows) -> list[tuple[str, str]]:
+    """Each column's name and type (Spark's ``simpleString``: no nullability, nested ones
+    either; an Arrow table's Arrow types)."""
+    if isinstance(df, pa.Table):
+        return [(f.name, _arrow_type(f.type)) for f in df.schema]
     return [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
 
 
-def rows_of(df: DataFrame) -> Counter[Any]:
-    """The rows of ``df`` (one Spark job) as a multiset of hashable tuples."""
+def _arrow_column(column: pa.ChunkedArray) -> list[Any]:
+    values = column.to_pylist()
+    if pa.types.is_map(column.type):  # pairs, as Spark gives a map: a dict
+        return [None if v is None else dict(v) for v in values]
+    return values
+
+
+def rows_of(df: Rows) -> Counter[Any]:
+    """The rows of ``df`` (a DataFrame: one Spark job) as a multiset of hashable tuples."""
+    if isinstance(df, pa.Table):
+        columns = [_arrow_column(c) for c in df.columns]
+        return Counter(frozen(row) for row in zip(*columns, strict=True))
     return Counter(frozen(row) for row in df.collect())
 
 
 def assert_same_rows(
-    left: DataFrame, right: DataFrame, *, ignore_column_order: bool = False, what: str = ""
+    left: Rows, right: Rows, *, ignore_column_order: bool = False, what: str = ""
 ) -> Counter[Any]:
-    """``left`` and ``right`` have the same columns (in the same order unless
-    ``ignore_column_order``) and the same rows, duplicates counted. Returns ``right``'s
-    rows (in ``left``'s column order)."""
+    """``left`` and ``right`` (both DataFrames or both Arrow tables) have the same columns
+    (in the same order unless ``ignore_column_order``) and the same rows, duplicates
+    counted. Returns ``right``'s rows (in ``left``'s column order)."""
     label = f"{what}: " if what else ""
+    assert isinstance(left, pa.Table) == isinstance(right, pa.Table), "a DataFrame and a table"
     mine, theirs = columns_of(left), columns_of(right)
     if ignore_column_order:
         assert sorted(mine) == sorted(theirs), f"{label}columns differ: {mine} != {theirs}"
-        right = right.select(*left.columns)
+        right = right.select(left.column_names if isinstance(left, pa.Table) else left.columns)
     else:
         assert mine == theirs, f"{label}columns differ: {mine} != {theirs}"
     a, b = rows_of(left), rows_of(right)

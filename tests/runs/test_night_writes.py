@@ -9,6 +9,10 @@ the night wrote to each history table (its commit metrics, the report's ``output
 must be exactly the rows that differ between the full tables before it (the previous
 run's, read at the versions its ``_runs`` row names) and after it: nothing rewritten that
 did not change, nothing missed. The logs are written by hand.
+
+Suite time: the full recomputation is the pipeline's tables collected as Arrow, not written
+(ten commits less a night), and the night's tables are read through delta-rs (no Spark job
+per table): 282 worker-s before, in make test's delta-spark pass.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pelengine import storage
+from pelengine.pipeline.reconstruct import reconstruct
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA, HISTORY_TABLES, OUTPUT_TABLES
 from pelengine.settings import Settings
+from tests.delta_rs import delta_rs_table
 from tests.frames import assert_same_rows, rows_of
 
 # both stores; the embedded repeat (whose nights the property tests of test_incremental also
@@ -65,8 +71,9 @@ def _busy_key(log: Log, key: str, entries: int = 3) -> None:
     log("XACK", key, "g", "1-0")
 
 
-def _rows(spark: SparkSession, root: Path, name: str, version: int | None = None) -> Any:
-    return storage.read_table(spark, str(root / name), version)
+def _table(root: Path, name: str, version: int | None = None) -> Any:
+    """A table as delta-rs reads it (not our reader; no Spark job)."""
+    return delta_rs_table(root / name, version)
 
 
 def _night(
@@ -74,22 +81,27 @@ def _night(
 ) -> dict[str, Any]:
     """Append ``rows`` as night ``n``, run it and a full recomputation, check the night
     (see the module docstring); return its report."""
-    events, inc, after = str(tmp_path / "events"), tmp_path / "inc", tmp_path / f"full{n}"
+    events, inc = str(tmp_path / "events"), tmp_path / "inc"
     before = (storage.newest_run(spark, str(inc)) or {})["tables"]
     storage.write_table(spark.createDataFrame(rows, EVENTS_SCHEMA), events, "append")
     report = run_reconstruct(spark, events, str(inc), Settings(incremental=True))
     assert report["incremental"]["mode"] == "incremental", report["incremental"]
-    run_reconstruct(spark, events, str(after), Settings())
+    # the full recomputation: the pipeline's tables over the whole events table, collected
+    # (a full run's writes are every other run test's business)
+    result = reconstruct(spark, storage.read_table(spark, events), Settings())
+    after = {
+        name: df.toArrow()
+        for name, df in {**result.tables, "rejected_events": result.rejected}.items()
+    }
+    result.unpersist()
     full = {
-        name: assert_same_rows(
-            _rows(spark, after, name), _rows(spark, inc, name), ignore_column_order=True, what=name
-        )
+        name: assert_same_rows(after[name], _table(inc, name), ignore_column_order=True, what=name)
         for name in (*OUTPUT_TABLES, "rejected_events")
     }
     written = report["output"]["rows"]
     for name in HISTORY:
         # the full run's rows (as the night's, equal) against the previous run's
-        previous = _rows(spark, inc, name, before[name]).select(*_rows(spark, after, name).columns)
+        previous = _table(inc, name, before[name]).select(after[name].column_names)
         old, new = rows_of(previous), full[name]
         differ = (new - old).total()
         assert (old - new).total() <= differ  # rows change or come, never just go
@@ -100,6 +112,10 @@ def _night(
         for name in ("delivery_counts", "pel_history"):
             assert physical.get(name, 0) == written.get(name, 0), (n, name, physical, written)
     return report
+
+
+def _delivery_counts(tmp_path: Path) -> list[dict[str, Any]]:
+    return _table(tmp_path / "inc", "delivery_counts").to_pylist()  # type: ignore[no-any-return]
 
 
 def test_nights_write_exactly_the_history_rows_that_differ(
@@ -143,10 +159,12 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     log("XREADGROUP", "GROUP", "g", "carol", "STREAMS", "orders:old", ">")
     report = _night(spark, tmp_path, 2, log.since(mark))
     assert report["incremental"]["families_replayed"] == 2
-    moved = _rows(spark, tmp_path / "inc", "delivery_counts").filter(
-        f"key = 'orders:old' AND id = '1-0' AND group_created_seq = {orders}"
-    )
-    assert [(r["status"], r["changed_seq"]) for r in moved.collect()] == [("acked", mark + 1)]
+    moved = [
+        (r["status"], r["changed_seq"])
+        for r in _delivery_counts(tmp_path)
+        if (r["key"], r["id"], r["group_created_seq"]) == ("orders:old", "1-0", orders)
+    ]
+    assert moved == [("acked", mark + 1)]
     # the acked rows of orders moved: the merge met the whole table
     assert report["output"]["merge_reads"]["delivery_counts"].startswith("whole table")
 
@@ -158,8 +176,7 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     inc = report["incremental"]
     assert inc["families_replayed"] == inc["families_total"]
     statuses = {
-        (r["key"], r["id"], r["group_created_seq"]): r["status"]
-        for r in _rows(spark, tmp_path / "inc", "delivery_counts").collect()
+        (r["key"], r["id"], r["group_created_seq"]): r["status"] for r in _delivery_counts(tmp_path)
     }
     assert statuses[("k0500", "2-0", 1501)] == "key_deleted"
     assert statuses[("audit", "1-0", mark + 2)] == "acked"
@@ -171,7 +188,9 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     log("XCLAIM", "audit", "g", "dave", "0", "1-0", "FORCE")
     report = _night(spark, tmp_path, 4, log.since(mark))
     assert report["output"]["merge_reads"]["delivery_counts"].startswith("whole table")
-    row = _rows(spark, tmp_path / "inc", "delivery_counts").filter(
-        f"key = 'audit' AND id = '1-0' AND group_created_seq = {audit}"
-    )
-    assert [(r["status"], r["deliveries"]) for r in row.collect()] == [("pending", 2)]
+    row = [
+        (r["status"], r["deliveries"])
+        for r in _delivery_counts(tmp_path)
+        if (r["key"], r["id"], r["group_created_seq"]) == ("audit", "1-0", audit)
+    ]
+    assert row == [("pending", 2)]
