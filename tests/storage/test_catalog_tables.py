@@ -404,23 +404,28 @@ def test_two_writers_of_a_table_by_name_get_one_sentence(
 #: calling cli.run in it; the process's steps follow, then it prints
 #: {step: [exit code, stdout, stderr]}
 PROCESS = """
-import contextlib, io, json, sys
+import contextlib, io, json, sys, time
 from pelengine import cli, storage
 from pelengine.settings import load_config
 from pelengine.session import build_session, stop_session
 
+started = time.monotonic()
 conf, *args = sys.argv[1:]
 spark = build_session(load_config([conf]))
 results = {}
+seconds = {"session": round(time.monotonic() - started, 1)}
 
 def run(step, argv):
+    began = time.monotonic()
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.run([*json.loads(argv), "--conf", conf], spark=spark, progress=lambda _: None)
     results[step] = [code, out.getvalue(), err.getvalue()]
+    seconds[step] = round(time.monotonic() - began, 1)
 
 %s
 stop_session(spark)
+print("steps (s):", json.dumps(seconds), file=sys.stderr)
 print(json.dumps(results))
 """
 
@@ -493,13 +498,16 @@ def _hive_conf(tmp_path: Path) -> Path:
 
 
 def _process(tmp_path: Path, label: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """One process of ``argv`` (the test's store through PELENGINE_STORE) in ``tmp_path``."""
+    """One process of ``argv`` (the test's store through PELENGINE_STORE) in ``tmp_path``;
+    prints its wall time and its steps' seconds (``pytest -s``: where the test's time
+    goes)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     started = time.monotonic()
     done = subprocess.run(
         argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600, check=False
     )
-    print(f"{label}: {time.monotonic() - started:.1f} s")
+    steps = [line for line in done.stderr.splitlines() if line.startswith("steps (s):")]
+    print(f"{label}: {time.monotonic() - started:.1f} s; " + (steps[-1] if steps else ""))
     with (tmp_path / "processes.log").open("a") as log:  # kept for a failure's inspection
         log.write(f"==== {label}: {argv[1:]}\n{done.stderr}\n")
     return done
