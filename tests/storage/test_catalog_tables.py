@@ -595,6 +595,13 @@ def test_catalog_tables_outlive_the_process(spark: Any, tmp_path: Path) -> None:
 
     managed_3 = json.loads(second["managed"][1])
     assert managed_3["incremental"]["mode"] == "incremental"
+    # the events by name: the new rows found through Delta itself (DESCRIBE DETAIL, the
+    # two snapshots' inputFiles(), the new files read by _metadata.file_path), not by
+    # checking every row against the state's digest
+    read = managed_3["incremental"]["read"]
+    assert (read["from"], read["via"], read["versions"]) == ("delta log", "spark snapshots", "1..1")
+    assert read["files_added"] > 0 and read["files_read"] == read["files_added"], read
+    assert read["rows_new"] > 0 and read["rows_gone"] == read["rows_late"] == 0, read
     assert managed_3["input"]["delta_version"] == 1
     # the snapshot tables and the state move; a history table only where the night
     # changed rows (version 2: nothing to change, no commit)
