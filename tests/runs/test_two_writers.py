@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from pelengine import storage
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA
 from pelengine.storage import RunInProgressError
+from pelengine.storage.lease import LEASE, run_lease
 from pelengine.synth import generate_events
 from tests.runs.test_whole_runs import _seen
 
@@ -25,11 +27,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.stores]  # both stores (make test)
 
 def test_two_runs_on_one_output_never_interleave(spark: SparkSession, tmp_path: Path) -> None:
     """A second run started while the first writes fails at once, naming the first; the
-    first completes as if alone, and a run after it works."""
+    first completes as if alone (its tables equal a run alone on another output, made
+    in-process while the first finishes), and gives the lease back when it ends (a run
+    after it takes it)."""
     rows = list(generate_events(400, 3, seed=23))
     events, out, solo = tmp_path / "events", tmp_path / "out", tmp_path / "solo"
     storage.write_table(spark.createDataFrame(rows, EVENTS_SCHEMA), str(events))
-    run_reconstruct(spark, str(events), str(solo))
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     cli = str(Path(sys.executable).with_name("pelengine"))
     first = subprocess.Popen(
@@ -50,8 +53,12 @@ def test_two_runs_on_one_output_never_interleave(spark: SparkSession, tmp_path: 
     message = str(caught.value)
     print(f"the second run: {message}")
     assert f"pid {first.pid}" in message and str(out) in message
-    seen += first.stderr.read().splitlines()
+    with ThreadPoolExecutor(1) as pool:  # the first's stderr read on while the solo run runs
+        rest = pool.submit(first.stderr.read)
+        run_reconstruct(spark, str(events), str(solo))
+        seen += rest.result().splitlines()
     assert first.wait(timeout=300) == 0, seen[-5:]
     assert _seen(spark, out) == _seen(spark, solo)
-    report = run_reconstruct(spark, str(events), str(out))  # the lease was given back
-    assert report["as_of_seq"] == max(r["seq"] for r in rows)
+    assert not (out / LEASE).exists()  # given back, not left for a stale takeover
+    with run_lease(str(out), "reconstruct") as mine:  # what a run after it does first
+        assert mine is not None and mine["pid"] == os.getpid()
