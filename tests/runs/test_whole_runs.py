@@ -3,18 +3,21 @@
 
 Delta commits one table at a time, so between two table writes the tables' latest
 versions mix two runs. The run report, written last, names each table's version and
-the readers read those. Run 2's tables are written again by the runs' own writer, and at
-every boundary (before each table after the first, and after the last table but before
-the report) its progress callback reads every reader: a kill there leaves the tables as
-they are at that moment (the SIGKILL version is in test_crash.py, which replays up to each
-kill; here the callback looks at each boundary of one write, so that the boundaries cost
-neither a replay nor a write each); at each one every reader must give run 1 exactly.
-A complete run then gives run 2 exactly.
+the readers read those. Run 2 runs on run 1's output, and at every boundary of its
+writes (before each table after the first, and after the last table but before the
+report) its progress callback looks at the readers: a kill there leaves the tables as
+they are at that moment (the SIGKILL version is in test_crash.py, a real process killed
+at a night's commit point; here the callback looks at each boundary of one run, so that
+the boundaries cost neither a replay nor a write each). At every boundary the run
+record still names run 1's versions, and the table that has just moved, read by the
+readers, gives run 1 exactly; after the last table, when every table has moved, every
+table and every reader gives run 1 exactly (a Delta version's rows never change, so
+the tables that moved earlier read there as they read at their own boundary). The run
+then completes, and the readers give run 2: the newest version of every table.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -24,7 +27,6 @@ from pelengine import storage
 from pelengine.read.pending import read_snapshot
 from pelengine.read.query import run_query
 from pelengine.runs.full import run_reconstruct
-from pelengine.runs.output import write_outputs
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES
 from pelengine.synth import generate_events
 
@@ -34,15 +36,21 @@ pytestmark = [pytest.mark.spark, pytest.mark.stores]
 TABLES = (*OUTPUT_TABLES, "rejected_events")
 
 
-def _seen(spark: SparkSession, out: Path) -> dict[str, list[tuple]]:
-    """Every table as the readers give it, rows sorted."""
-    run = storage.run_versions(str(out))
+def _seen(
+    spark: SparkSession,
+    out: Path,
+    names: tuple[str, ...] = TABLES,
+    run: dict[str, int] | None = None,
+) -> dict[str, list[tuple]]:
+    """Every table of ``names`` as the readers give it (at the versions of ``run``, by
+    default the run record's), rows sorted."""
+    run = storage.run_versions(str(out)) if run is None else run
     return {
         name: sorted(
             (tuple(r) for r in storage.read_output_table(spark, str(out), name, run).collect()),
             key=repr,
         )
-        for name in TABLES
+        for name in names
     }
 
 
@@ -51,54 +59,65 @@ def test_a_run_stopped_at_any_write_boundary_is_never_seen(
 ) -> None:
     rows = list(generate_events(400, 3, seed=19))
     cut = len(rows) // 2
-    events, out, complete = tmp_path / "events", tmp_path / "out", tmp_path / "complete"
+    events, out = tmp_path / "events", tmp_path / "out"
     storage.write_table(spark.createDataFrame(rows[:cut], EVENTS_SCHEMA), str(events))
     first_seq = run_reconstruct(spark, str(events), str(out))["as_of_seq"]
     first = _seen(spark, out)
+    recorded = storage.run_versions(str(out))
+    assert set(recorded) >= set(TABLES), recorded
     storage.write_table(spark.createDataFrame(rows[cut:], EVENTS_SCHEMA), str(events), "append")
-    shutil.copytree(out, complete)
-    run_reconstruct(spark, str(events), str(complete))
-    second = _seen(spark, complete)
-    assert first["groups"] != second["groups"]  # the runs differ where a reader can tell
 
-    # run 2's tables, written again by the runs' own writer, read at each boundary: before
-    # each table but the first, and after the last one (before the report)
-    tables = [(name, storage.read_table(spark, str(complete / name))) for name in TABLES]
-    boundaries = [f"writing {name} (" for name, _ in tables[1:]] + [f"wrote {TABLES[-1]}:"]
+    # run 2's boundaries: before each table but the first (the one before has just
+    # moved), and after the last one (before the report: every table has moved)
+    boundaries = {
+        f"writing {name} (": before for before, name in zip(TABLES[:-1], TABLES[1:], strict=True)
+    }
+    boundaries[f"wrote {TABLES[-1]}:"] = TABLES[-1]
     reached: list[str] = []
     inconsistent: list[str] = []
+    moved: dict[str, bool] = {}
 
     def look(line: str) -> None:
-        for boundary in boundaries:
-            if line.startswith(boundary):
-                reached.append(boundary)
-                if _seen(spark, out) != first:
-                    inconsistent.append(boundary)
+        for boundary, just_written in boundaries.items():
+            if not line.startswith(boundary):
+                continue
+            reached.append(boundary)
+            last = boundary == f"wrote {TABLES[-1]}:"
+            names = TABLES if last else (just_written,)
+            run = storage.run_versions(str(out))  # what the readers read
+            if run != recorded or _seen(spark, out, names, run) != {n: first[n] for n in names}:
+                inconsistent.append(boundary)
+            if last:
+                # the helpers read the same run, sql's views and pending's tables
+                seqs = run_query(
+                    spark,
+                    str(out),
+                    "SELECT DISTINCT as_of_seq FROM pel UNION SELECT DISTINCT as_of_seq "
+                    "FROM groups UNION SELECT DISTINCT as_of_seq FROM streams",
+                ).rows
+                if seqs != [(first_seq,)] or read_snapshot(spark, str(out)).groups.count() != len(
+                    first["groups"]
+                ):
+                    inconsistent.append(f"{boundary} (sql, pending)")
+                # the tables themselves did move: a reader of the latest versions would
+                # mix runs (delta-spark commits nothing for an empty table overwritten
+                # with no rows)
+                moved.update(
+                    {
+                        n: (storage.table_version(spark, str(out / n)) or 0) > recorded[n]
+                        for n in TABLES
+                        if storage.table_row_count(spark, str(out / n))
+                    }
+                )
 
-    write_outputs(spark, tables, str(out), txn_app_id=None, txn_version=None, progress=look)
-    assert reached == boundaries
-    # after the last table, before the report: the helpers read the same run, sql's views
-    # and pending's tables
-    seqs = run_query(
-        spark,
-        str(out),
-        "SELECT DISTINCT as_of_seq FROM pel UNION SELECT DISTINCT as_of_seq FROM groups "
-        "UNION SELECT DISTINCT as_of_seq FROM streams",
-    ).rows
-    assert seqs == [(first_seq,)]
-    snapshot = read_snapshot(spark, str(out))
-    assert snapshot.groups.count() == len(first["groups"])
-    print(f"looked at {len(boundaries)} boundaries: {boundaries}; inconsistent: {inconsistent}")
+    second_seq = run_reconstruct(spark, str(events), str(out), progress=look)["as_of_seq"]
+    print(f"looked at {len(reached)} boundaries: {reached}; inconsistent: {inconsistent}")
+    assert reached == list(boundaries)
     assert inconsistent == []
-    # the tables themselves did move: a reader of the latest versions would mix runs
-    # (delta-spark commits nothing for an empty table overwritten with no rows)
-    latest = {name: storage.table_version(spark, str(out / name)) for name in TABLES}
-    recorded = storage.run_versions(str(out))
-    moved = {
-        n: latest[n] > v
-        for n, v in recorded.items()
-        if storage.table_row_count(spark, str(out / n))
-    }
-    assert moved and all(moved.values()), (latest, recorded)
-    run_reconstruct(spark, str(events), str(out))
-    assert _seen(spark, out) == second
+    assert moved and all(moved.values()), (moved, recorded)
+    # complete: the readers give run 2, the newest version of every table
+    assert second_seq == max(r["seq"] for r in rows) != first_seq
+    latest = {n: storage.table_version(spark, str(out / n)) for n in TABLES}
+    assert {n: v for n, v in storage.run_versions(str(out)).items() if n in TABLES} == latest
+    second = _seen(spark, out)
+    assert first["groups"] != second["groups"]  # the runs differ where a reader can tell
