@@ -115,11 +115,12 @@ def assert_tables_equal(spark: SparkSession, a: Path, b: Path) -> None:
         assert_same_rows(delta_rs_table(a / name), delta_rs_table(b / name), what=name)
 
 
-def assert_equals_full_run(spark: SparkSession, events: Path, out: Path) -> None:
-    """The tables of the output root ``out`` hold the rows of one full run over ``events``:
-    the pipeline's tables, collected, not written (a full run's writes are the business of
-    the run tests)."""
-    result = reconstruct(spark, read_table(spark, str(events)), Settings())
+def assert_equals_full_run(spark: SparkSession, events: Path | storage.Table, out: Path) -> None:
+    """The tables of the output root ``out`` hold the rows of one full run over ``events``
+    (a path, or a table by name): the pipeline's tables, collected, not written (a full
+    run's writes are the business of the run tests)."""
+    ref = events if isinstance(events, storage.Table) else str(events)
+    result = reconstruct(spark, read_table(spark, ref), Settings())
     tables = {**result.tables, "rejected_events": result.rejected}
     try:
         for name in (*OUTPUT_TABLES, "rejected_events"):

@@ -273,6 +273,58 @@ def test_saveastable_by_name_is_idempotent_and_time_travels(
 
 @pytest.mark.spark
 @pytest.mark.delta_spark
+def test_nights_over_events_by_name_read_the_change_feed_or_say_why_not(
+    spark: Any, tmp_path: Path, schema: str
+) -> None:
+    """Events by name: with the change data feed on, a night reads the feed through the
+    catalog (``readChangeFeed`` by name); with deletion vectors on and no feed, Spark's file
+    lists cannot show a row-level delete, so the night checks every row against the state's
+    digest and says why. Either night's tables equal one full run over the same events."""
+    from pelengine.runs.full import run_reconstruct
+    from pelengine.schemas import EVENTS_SCHEMA
+    from pelengine.settings import Settings
+    from pelengine.synth import generate_events
+    from tests.runs.test_incremental import assert_equals_full_run
+
+    rows = list(generate_events(300, 3, seed=5, faults=False))
+    cut = 200
+    for label, feature in (
+        ("feed", "delta.enableChangeDataFeed"),
+        ("vectors", "delta.enableDeletionVectors"),
+    ):
+        name = f"spark_catalog.{schema}.events_{label}"
+        spark.createDataFrame(rows[:cut], EVENTS_SCHEMA).createOrReplaceTempView("first_rows")
+        spark.sql(
+            f"CREATE TABLE {name} USING delta TBLPROPERTIES ({feature} = true) "
+            "AS SELECT * FROM first_rows"
+        )
+        out = tmp_path / label
+        first = run_reconstruct(spark, name, str(out), Settings(incremental=True))
+        assert first["incremental"]["mode"] == "full", first["incremental"]
+        spark.createDataFrame(rows[cut:], EVENTS_SCHEMA).write.format("delta").mode(
+            "append"
+        ).saveAsTable(name)
+        night = run_reconstruct(spark, name, str(out), Settings(incremental=True))["incremental"]
+        read = night["read"]
+        print(f"events by name, {feature} on: {night['mode']}, {read}")
+        assert night["mode"] == "incremental", night
+        if label == "feed":
+            assert (read["from"], read["via"], read["versions"]) == (
+                "change data feed",
+                "spark snapshots",
+                "1..1",
+            ), read
+            assert read["change_feed"] and read["rows_new"] == len(rows) - cut, read
+        else:
+            assert read["from"] == "every row (digest)", read
+            assert read["why"].startswith("deletion vectors are on"), read
+            assert read["rows_checked"] == cut, read
+        assert_equals_full_run(spark, storage.table_ref(name), out)
+    spark.catalog.dropTempView("first_rows")
+
+
+@pytest.mark.spark
+@pytest.mark.delta_spark
 def test_a_catalog_or_schema_the_session_has_not_is_refused_before_any_work(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
