@@ -32,7 +32,13 @@ from pelengine.pipeline.conform import (
     tag_rejected,
     tagged_facts,
 )
-from pelengine.pipeline.replay import replay_stage, replayed_table, seed_rows, without_state
+from pelengine.pipeline.replay import (
+    check_replay_plan,
+    replay_stage,
+    replayed_table,
+    seed_rows,
+    without_state,
+)
 from pelengine.pipeline.route import (
     family_map,
     fan_out,
@@ -242,10 +248,14 @@ def reconstruct(
             mark_seq=mark_seq,
             unit_groups=unit_groups,
             engine=engine,
+            check=False,
         ),
         persisted,
         StorageLevel.DISK_ONLY,
     )
+    # checked on the plan the cache keeps: planning the replay again (on a night, with the
+    # saved states' Delta scan in it) costs Spark jobs of its own
+    check_replay_plan(replayed)
     report: dict[str, Any] = {
         "profile": profile,
         "profile_reason": profile_reason,
@@ -264,7 +274,7 @@ def reconstruct(
     }
     # one action: the report's counts, and on a night the families the replay kept a state
     # for (the replayed families every carried table and the state leave out)
-    replayed_keys = report_facts(routed, replayed, report, families=carry is not None)
+    replayed_keys, n_segments = report_facts(routed, replayed, report, families=carry is not None)
     tables = {name: output_table(name, replayed_table(replayed, name)) for name in OUTPUT_TABLES}
     segments = replayed_table(replayed, "delivery_segments").select(*SEGMENT_COLUMNS)
     incarnations = replayed_table(replayed, "group_incarnations").select(*INCARNATION_COLUMNS)
@@ -283,13 +293,13 @@ def reconstruct(
             if old_counts is not None:
                 # the replayed families' rows so far: the first segment of their entries
                 segments = segments.unionByName(
-                    prior_segments(old_counts, segments, incarnations, carry.high_seq),
+                    prior_segments(old_counts, segments, incarnations, carry.high_seq, n_segments),
                     allowMissingColumns=True,
                 )
             tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
             tables = carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
             untouched = (
-                states_in.join(replayed_families, ["db", "family"], "left_anti")
+                states_in.join(F.broadcast(replayed_families), ["db", "family"], "left_anti")
                 .select(*state_cols)
                 .withColumn("mark_n", F.lit(None).cast("long"))
                 .withColumn("mark_x", F.lit(None).cast("long"))

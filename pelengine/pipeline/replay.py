@@ -35,6 +35,7 @@ def replay_stage(
     mark_seq: int | None = None,
     unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
     engine: str = "python",
+    check: bool = True,
 ) -> DataFrame:
     """The one shuffle and sort: (family, unit)s hashed to partitions, each partition's
     events sorted by (family, unit, seq), then one Arrow function over each partition
@@ -53,7 +54,9 @@ def replay_stage(
     The function reads straight from the one sort by (keys..., seq): a sort by the keys
     alone would not keep the seq order once it spills (its merge interleaves the spill
     runs of one key in any order; seen with a grouped UDF over one stream of 20M events,
-    "seq 1 after 11184910"). ``check_replay_plan`` refuses any other plan before it runs."""
+    "seq 1 after 11184910"). ``check_replay_plan`` refuses any other plan before it runs
+    (``check`` False: the caller checks it, on the plan it keeps, so that it is planned
+    once)."""
     keys = ("db", "family", "unit") if unit_groups else ("db", "family")
     replayed = (
         routed_rows.repartition(partitions, *keys)
@@ -70,7 +73,8 @@ def replay_stage(
             REPLAY_PACKED_SCHEMA,
         )
     )
-    check_replay_plan(replayed)
+    if check:
+        check_replay_plan(replayed)
     return replayed
 
 
@@ -113,7 +117,8 @@ def check_replay_plan(replayed: DataFrame) -> None:
     keys alone, which is not stable once it spills) or none, the replay would fail hours
     later with ``SeqOrderError`` (or, without that check, write wrong tables). The plan is
     the JVM's on classic Spark, the server's physical plan (``explain``) on Spark Connect;
-    a DataFrame offering neither is left to the function's own check."""
+    a DataFrame offering neither is left to the function's own check. A persisted
+    ``replayed`` is checked on the plan its cache holds (planned once, when persisted)."""
     plan = physical_plan(replayed)
     if plan is None:
         return

@@ -440,7 +440,11 @@ def run_incremental(
         # (delivery_counts of the replayed families), as the last finished run left them
         for name in (*SNAPSHOT_TABLES, "delivery_counts"):
             if name in pinned:
-                previous[name] = storage.read_table(spark, output.table(name), pinned[name])
+                # the snapshot tables' files listed from their logs where they can be (no
+                # Spark job replays a log to find them); delivery_counts' (deletion vectors
+                # after its first merge) through Delta
+                read = storage.read_snapshot if name in SNAPSHOT_TABLES else storage.read_table
+                previous[name] = read(spark, output.table(name), pinned[name])
         carry = Carry(
             high_seq=saved.high_seq if saved.high_seq is not None else -(2**63),
             as_of_ms=saved.as_of_ms,

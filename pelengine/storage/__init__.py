@@ -77,7 +77,7 @@ from pelengine.storage.names import (
     table_ref,
 )
 from pelengine.storage.paths import FILES_OPTION, local_path
-from pelengine.storage.reads import read_table, read_table_files
+from pelengine.storage.reads import read_snapshot, read_table, read_table_files
 from pelengine.storage.run_record import (
     OUTPUT_VERSION,
     RUN_REPORT,
@@ -164,6 +164,7 @@ __all__ = [
     "read_output_table",
     "read_run_report",
     "read_table",
+    "read_snapshot",
     "read_table_files",
     "record_run",
     "replace_rows",

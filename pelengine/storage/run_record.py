@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pelengine.storage.errors import OutputVersionError
 from pelengine.storage.names import Output, as_output, table_path
 from pelengine.storage.paths import local_path
-from pelengine.storage.reads import read_table
+from pelengine.storage.reads import read_snapshot, read_table
 from pelengine.storage.versions import table_exists, table_version
 from pelengine.storage.writes import write_table
 
@@ -136,7 +136,7 @@ def newest_run(spark: SparkSession, out: str | Output) -> dict[str, Any] | None:
         if why:
             raise OutputVersionError(str(output), why)
         return None
-    df = read_table(spark, runs, version)
+    df = read_snapshot(spark, runs, version)  # (no Spark job to find its files)
     if "output_version" not in df.columns:
         raise OutputVersionError(str(output), "its _runs table has no output_version")
     from pyspark.sql import functions as F

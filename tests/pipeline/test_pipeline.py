@@ -347,6 +347,20 @@ def test_check_replay_plan_refuses_a_plan_that_loses_seq_order(spark: SparkSessi
     check_replay_plan(
         shuffled.sortWithinPartitions("db", "family", "seq").mapInArrow(nothing, "seq long")
     )
+    # reconstruct checks the replay once persisted, on the plan its cache holds: the same
+    # refusals there
+    kept = []
+    try:
+        for plan in (keys_only, shuffled.mapInArrow(nothing, "seq long")):
+            kept.append(plan.persist())
+            with pytest.raises(ReplayPlanError, match="would not keep seq order"):
+                check_replay_plan(kept[-1])
+        good = shuffled.sortWithinPartitions("db", "family", "seq").mapInArrow(nothing, "seq long")
+        kept.append(good.persist())
+        check_replay_plan(kept[-1])
+    finally:
+        for df in kept:
+            df.unpersist()
 
 
 @pytest.mark.parametrize("engine", ["native", "python"])
