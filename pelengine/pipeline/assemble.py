@@ -102,14 +102,12 @@ def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> Dat
 
 def report_facts(
     routed: DataFrame, replayed: DataFrame, report: dict[str, Any], *, families: bool = False
-) -> tuple[list[tuple[int, str]], int | None]:
+) -> list[tuple[int, str]]:
     """The report's outcome counts (:func:`_count_outcomes`) and its ``starting_state``
     (:func:`_starting_state`), from one Spark action: the four small aggregates they read,
     unioned under a ``part`` column and collected together. With ``families`` (a night)
     the same action also gives the ``(db, family)`` of every family the replay kept a
-    state for (the families it replayed) and the number of delivery segments it emitted
-    (what sizes the night's join with the history, see ``carry.prior_segments``),
-    returned; else none and None."""
+    state for (the families it replayed), returned; else none."""
     parts = [
         _aggregate_part("pre", _pre_outcomes(routed)),
         _aggregate_part("stats", _replay_stats(replayed)),
@@ -118,30 +116,15 @@ def report_facts(
     ]
     if families:
         parts.append(_aggregate_part("family", replayed_table(replayed, "state")))
-        parts.append(
-            _aggregate_part(
-                "segments",
-                replayed_table(replayed, "delivery_segments").agg(F.count(F.lit(1)).alias("n")),
-            )
-        )
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    rows: dict[str, list[Any]] = {
-        "pre": [],
-        "stats": [],
-        "outcome": [],
-        "load": [],
-        "family": [],
-        "segments": [],
-    }
+    rows: dict[str, list[Any]] = {"pre": [], "stats": [], "outcome": [], "load": [], "family": []}
     for row in union.collect():
         rows[row["part"]].append(row)
     _count_outcomes(rows["pre"], rows["stats"], rows["outcome"], report)
     report["starting_state"] = _starting_state(rows["load"])
-    keys = [(int(r["db"]), str(r["family"])) for r in rows["family"]]
-    n_segments = sum(int(r["n"]) for r in rows["segments"]) if families else None
-    return keys, n_segments
+    return [(int(r["db"]), str(r["family"])) for r in rows["family"]]
 
 
 #: the columns every part of :func:`report_facts`'s union has (null where a part has none)

@@ -44,18 +44,8 @@ def rename_families(states: DataFrame, renamed: dict[tuple[int, str], str]) -> D
     return _mapped(states, "family", renamed, "family")
 
 
-#: The most delivery segments a night's :func:`prior_segments` sends to every task to pick
-#: the history rows it continues (a broadcast join: the history is read once and not
-#: shuffled); a night with more joins them by shuffling both sides.
-BROADCAST_SEGMENTS = 1_000_000
-
-
 def prior_segments(
-    old: DataFrame,
-    segments: DataFrame,
-    incarnations: DataFrame,
-    high_seq: int,
-    n_segments: int | None = None,
+    old: DataFrame, segments: DataFrame, incarnations: DataFrame, high_seq: int
 ) -> DataFrame:
     """The previous ``delivery_counts`` rows this run can change, as segments that come
     before any of this run's: the rows of the entries that have one of this run's
@@ -65,14 +55,8 @@ def prior_segments(
     seq of the command that created it, lives in one family). Any other previous row
     would merge alone into itself, its ``changed_seq`` at most ``high_seq``:
     :func:`changed_rows` would drop it. So the history is scanned once and only the
-    entries this run touched are aggregated again.
-
-    ``n_segments``: how many ``segments`` the run has, when known; at most
-    ``BROADCAST_SEGMENTS``, their keys are broadcast, so that the history (every previous
-    row) is filtered where it is read instead of shuffled to meet them."""
+    entries this run touched are aggregated again."""
     touched = segments.select(*SEGMENT_IDENTITY).distinct().withColumn("_touched", F.lit(True))
-    if n_segments is not None and n_segments <= BROADCAST_SEGMENTS:
-        touched = F.broadcast(touched)
     moved = (
         incarnations.filter(F.col("moved_seq") > F.lit(high_seq))
         .select(*INCARNATION_IDENTITY)
@@ -113,11 +97,7 @@ def carry_tables(
             out[name] = fresh
             continue
         cols = list(fresh.columns)
-        # ``replayed`` is the list of replayed families, already on the driver: broadcast,
-        # the previous rows are filtered where they are read, not shuffled
-        kept = _family_column(old, family_of).join(
-            F.broadcast(replayed), ["db", "family"], "left_anti"
-        )
+        kept = _family_column(old, family_of).join(replayed, ["db", "family"], "left_anti")
         kept = kept.withColumn("as_of_ms", F.lit(as_of_ms).cast("long")).withColumn(
             "as_of_seq", F.lit(as_of_seq).cast("long")
         )

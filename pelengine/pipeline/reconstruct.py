@@ -274,7 +274,7 @@ def reconstruct(
     }
     # one action: the report's counts, and on a night the families the replay kept a state
     # for (the replayed families every carried table and the state leave out)
-    replayed_keys, n_segments = report_facts(routed, replayed, report, families=carry is not None)
+    replayed_keys = report_facts(routed, replayed, report, families=carry is not None)
     tables = {name: output_table(name, replayed_table(replayed, name)) for name in OUTPUT_TABLES}
     segments = replayed_table(replayed, "delivery_segments").select(*SEGMENT_COLUMNS)
     incarnations = replayed_table(replayed, "group_incarnations").select(*INCARNATION_COLUMNS)
@@ -293,13 +293,13 @@ def reconstruct(
             if old_counts is not None:
                 # the replayed families' rows so far: the first segment of their entries
                 segments = segments.unionByName(
-                    prior_segments(old_counts, segments, incarnations, carry.high_seq, n_segments),
+                    prior_segments(old_counts, segments, incarnations, carry.high_seq),
                     allowMissingColumns=True,
                 )
             tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
             tables = carry_tables(tables, carry, families, replayed_families, as_of_ms, as_of_seq)
             untouched = (
-                states_in.join(F.broadcast(replayed_families), ["db", "family"], "left_anti")
+                states_in.join(replayed_families, ["db", "family"], "left_anti")
                 .select(*state_cols)
                 .withColumn("mark_n", F.lit(None).cast("long"))
                 .withColumn("mark_x", F.lit(None).cast("long"))
