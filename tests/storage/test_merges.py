@@ -162,3 +162,66 @@ def test_a_merge_where_a_boolean_partition_reads_that_partition(
     assert done == {"inserted": 3, "deleted": 2}
     expected = {i: c for i, c in old} | dict(night)
     assert dict(tuple(r) for r in storage.read_table(spark, path).collect()) == expected
+
+
+@pytest.mark.delta_spark
+def test_a_merge_another_writer_committed_under_is_one_sentence(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A night's merge (delta-spark's MERGE INTO) that another writer commits to the same
+    table under, after the merge's transaction began: Delta Lake refuses the merge's
+    commit, and ``replace_rows``' merge raises that as one ConcurrentWriteError naming
+    the table and Delta's own conflict. Made deterministic as for writes by name
+    (tests/storage/test_catalog_tables.py): the merge's source waits in its one task (a
+    UDF) while the other writer appends."""
+    import threading
+
+    from pyspark.sql import functions as F
+
+    from pelengine.storage import writes
+    from tests.storage.test_catalog_tables import _hold, _wait_for
+
+    path = str(tmp_path / "t")
+    storage.write_table(
+        spark.createDataFrame([(i, f"old{i}") for i in range(10)], "id long, v string"), path
+    )
+    started, go = str(tmp_path / "started"), str(tmp_path / "go")
+    held = F.udf(lambda _: _hold(started, go), "boolean").asNondeterministic()
+    source = (
+        spark.createDataFrame(
+            [(i, f"new{i}", "insert") for i in range(5, 15)], "id long, v string, _op string"
+        )
+        .coalesce(1)
+        .where(held(F.lit(1)))
+    )
+    other: list[BaseException] = []
+
+    def other_writer() -> None:
+        try:
+            _wait_for(Path(started), Path(go))
+            extra = spark.createDataFrame([(100, "other")], "id long, v string")
+            storage.write_table(extra, path, "append")
+        except BaseException as exc:
+            other.append(exc)
+        finally:
+            Path(go).touch()
+
+    thread = threading.Thread(target=other_writer)
+    thread.start()
+    try:
+        with pytest.raises(storage.ConcurrentWriteError) as caught:
+            # the MERGE itself: replace_rows computes its source (a local checkpoint)
+            # before the transaction begins, where a held task would hold nothing
+            writes._merge_delta_spark(source, path, ["id", "v"], "(t.`id` = s.`id`)", empty=False)
+    finally:
+        Path(go).touch()
+        thread.join()
+    assert not other, other
+    message = str(caught.value)
+    assert message.startswith("another run ") and f"committed to {path} while this run" in message
+    assert "Concurrent" in message and "run again once the other run has finished" in message
+    assert len(message.splitlines()) == 1
+    # the other writer's commit stands; the merge left nothing
+    assert storage.table_version(spark, path) == 1
+    rows = sorted(tuple(r) for r in storage.read_table(spark, path).collect())
+    assert rows == sorted([(i, f"old{i}") for i in range(10)] + [(100, "other")])
