@@ -247,6 +247,10 @@ CHILD = textwrap.dedent(
             builder = builder.config(k, v)
     elif case == "no-extension":
         builder = builder.config("spark.jars", conf["spark.jars"])
+    elif case == "no-catalog":  # the jars and the extension, not Delta's session catalog
+        for k, v in conf.items():
+            if k != "spark.sql.catalog.spark_catalog":
+                builder = builder.config(k, v)
     else:
         for k, v in conf.items():
             builder = builder.config(k, v)
@@ -284,7 +288,12 @@ def _child(case: str) -> dict[str, str]:
 @pytest.mark.spark
 @pytest.mark.delta_spark
 def test_sessions_with_jars_too_late_or_without_the_extension_are_refused() -> None:
-    """Jars present but the extension and catalog missing, and jars given to a running JVM:
-    each a clear error, never the embedded store and never "table missing"."""
+    """Jars present but the extension and catalog missing, the extension set but the catalog
+    missing, and jars given to a running JVM: each a clear error, never the embedded store
+    and never "table missing"."""
     assert "spark.sql.extensions does not list" in _child("no-extension")["error"]
+    error = _child("no-catalog")["error"]
+    assert "does not list" not in error, error  # (the extension is there)
+    assert "spark.sql.catalog.spark_catalog is unset, not " in error, error
+    assert "org.apache.spark.sql.delta.catalog.DeltaCatalog" in error, error
     assert "came after the JVM started" in _child("late")["error"]
