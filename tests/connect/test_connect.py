@@ -16,7 +16,8 @@ session-agnostic lines), and a third run on the server cost the module about a t
 server work. What needed the JVM has its Connect path checked in
 a client of its own (the replay plan check, the heartbeat's stage details, the Delta probe,
 caching); what cannot work over Connect is refused, and the refusals are asserted: a server
-without Delta Lake (a second server), the embedded store asked for, bad URLs.
+without Delta Lake (a second server) and one with Delta Lake's extension and catalog confs but
+not its jars (a third), the embedded store asked for, bad URLs.
 
 The module's steps print their wall and CPU time (`pytest -s`): the machine may be shared.
 """
@@ -119,9 +120,11 @@ class Server:
         assert not group_alive(self.proc.pid), f"the {self.name} server left processes behind"
 
 
-def _start_server(name: str, logs: Path, *, delta: bool) -> Server:
+def _start_server(name: str, logs: Path, *, delta: bool, confs_only: bool = False) -> Server:
     """Start (not wait for) a local[2] Spark Connect server; ``delta``: with delta-spark's
-    jars (the checkout's jars/lib), its extension and catalog, as docs/deploy.md says."""
+    jars (the checkout's jars/lib), its extension and catalog, as docs/deploy.md says;
+    ``confs_only``: the extension and catalog confs without the jars (a server set up
+    half-way)."""
     port = free_port()
     args = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", CONNECT_SERVER]
     args += ["--master", "local[2]", "--driver-memory", "1g"]
@@ -139,6 +142,8 @@ def _start_server(name: str, logs: Path, *, delta: bool) -> Server:
         args += ["--jars", ",".join(jars)]
         confs.update({EXTENSIONS_CONF: DELTA_EXTENSION, CATALOG_CONF: DELTA_CATALOG})
         confs.update(LOCAL_DELTA_CONF)
+    elif confs_only:
+        confs.update({EXTENSIONS_CONF: DELTA_EXTENSION, CATALOG_CONF: DELTA_CATALOG})
     for key, value in confs.items():
         args += ["--conf", f"{key}={value}"]
     args.append("spark-internal")
@@ -167,24 +172,27 @@ def _start_server(name: str, logs: Path, *, delta: bool) -> Server:
 class Servers:
     delta: Server
     bare: Server
+    confs_only: Server
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    """One server with delta-spark for the module, and one without Delta Lake (started
-    at once, waited for only by the test that needs it); both stopped at the end."""
+    """One server with delta-spark for the module, one without Delta Lake and one with
+    Delta Lake's confs but not its jars (those two started at once, waited for only by the
+    test that needs them); all stopped at the end."""
     logs = tmp_path_factory.mktemp("connect-logs")
     delta = _start_server("delta", logs, delta=True)
-    bare = None
+    bare = confs_only = None
     try:
         bare = _start_server("bare", logs, delta=False)
-        yield Servers(delta, bare)
+        confs_only = _start_server("confs-only", logs, delta=False, confs_only=True)
+        yield Servers(delta, bare, confs_only)
     finally:
         for client in _CLIENTS:  # left running by a failure: the servers go next
             if client.proc.poll() is None:
                 client.proc.kill()
                 client.proc.wait()
-        for server in (delta, bare):
+        for server in (delta, bare, confs_only):
             if server is not None:
                 server.stop()
 
@@ -544,17 +552,28 @@ def test_what_needs_the_jvm_has_a_connect_path(servers: Servers) -> None:
 
 
 @pytest.mark.spark
-def test_a_server_without_delta_lake_is_refused(servers: Servers, tmp_path: Path) -> None:
-    """No Delta Lake on the server: refused before any work, with what to do; the embedded
-    store is not offered over Connect (nothing written)."""
-    url = servers.bare.wait_ready()
+@pytest.mark.parametrize("server", ["bare", "confs_only"])
+def test_a_server_without_delta_lake_is_refused(
+    servers: Servers, tmp_path: Path, server: str
+) -> None:
+    """No Delta Lake on the server, or its extension and catalog confs without its jars
+    (where a probe that read the confs would guess delta-spark): refused before any work,
+    with what to do; the embedded store is not offered over Connect (nothing written)."""
+    url = getattr(servers, server).wait_ready()
     (tmp_path / "events").mkdir()  # refused before it is read
     out = tmp_path / "out"
     code, _, err = _cli(
         url, "reconstruct", "--events", str(tmp_path / "events"), "--out", str(out)
     ).done()
     assert code == cli.EXIT_FAILED, err
-    assert "this Spark Connect server has no Delta Lake" in err, err
+    if server == "bare":
+        assert "this Spark Connect server has no Delta Lake" in err, err
+    else:  # the confs name the extension, the sessions lack it: said so, not guessed
+        assert (
+            f"this Spark Connect server lists {DELTA_EXTENSION} in {EXTENSIONS_CONF} but its "
+            "sessions do not have it (no table_changes function): Delta Lake's jars are "
+            "missing there"
+        ) in err, err
     assert "embedded delta-rs store is not offered over Spark Connect" in err
     assert f"--conf {EXTENSIONS_CONF}={DELTA_EXTENSION}" in err
     assert "Traceback" not in err
