@@ -26,7 +26,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from pelengine import cli, storage
 from pelengine.commands.args import reconstruct_output
 from pelengine.settings import ConfigError, load_config
 from pelengine.storage import jars
+from tests.storage.racing import held_udf, other_writer
 
 # ---- names -------------------------------------------------------------------------------
 
@@ -358,28 +358,6 @@ def test_a_catalog_or_schema_the_session_has_not_is_refused_before_any_work(
     assert sorted(os.listdir(tmp_path)) == ["events"], "refused before any work"
 
 
-def _hold(started: str, go: str) -> bool:
-    """In a Python worker: say this task runs, then wait for ``go``."""
-    import os
-    import time
-
-    open(started, "w").close()
-    deadline = time.monotonic() + 300
-    while not os.path.exists(go) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return True
-
-
-def _wait_for(path: Path, given_up: Path, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if given_up.exists():
-            raise RuntimeError(f"this run's write ended before {path} appeared")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.05)
-
-
 @pytest.mark.spark
 @pytest.mark.delta_spark
 def test_two_writers_of_a_table_by_name_get_one_sentence(
@@ -410,7 +388,7 @@ def test_two_writers_of_a_table_by_name_get_one_sentence(
     started, go = str(tmp_path / "started"), str(tmp_path / "go")
 
     # nondeterministic: the filter stays above coalesce(1), in this write's one task
-    held = F.udf(lambda _: _hold(started, go), "boolean").asNondeterministic()
+    held = held_udf(started, go)
 
     real_write: Callable[..., None] = storage.write_table
     other: list[BaseException] = []
@@ -418,23 +396,13 @@ def test_two_writers_of_a_table_by_name_get_one_sentence(
     def racing_write(df: Any, ref: Any, mode: str = "overwrite", **options: Any) -> None:
         if ref != target:
             return real_write(df, ref, mode, **options)
-
-        def other_run() -> None:
-            try:
-                _wait_for(Path(started), Path(go))
-                real_write(df, ref, "overwrite")  # the other run's write of the same table
-            except BaseException as exc:
-                other.append(exc)
-            finally:
-                Path(go).touch()
-
-        thread = threading.Thread(target=other_run)
-        thread.start()
+        # the other run's write of the same table, while this one's is held
+        errors: list[BaseException] = []
         try:
-            real_write(df.coalesce(1).where(held(F.lit(1))), ref, mode, **options)
-        finally:
-            Path(go).touch()
-            thread.join()
+            with other_writer(started, go, lambda: real_write(df, ref, "overwrite")) as errors:
+                real_write(df.coalesce(1).where(held(F.lit(1))), ref, mode, **options)
+        finally:  # (the other writer's thread has ended)
+            other.extend(errors)
 
     monkeypatch.setattr(storage, "write_table", racing_write)
     argv = ["reconstruct", "--events", events, "--catalog", "spark_catalog", "--schema", schema]

@@ -174,19 +174,17 @@ def test_a_merge_another_writer_committed_under_is_one_sentence(
     the table and Delta's own conflict. Made deterministic as for writes by name
     (tests/storage/test_catalog_tables.py): the merge's source waits in its one task (a
     UDF) while the other writer appends."""
-    import threading
-
     from pyspark.sql import functions as F
 
     from pelengine.storage import writes
-    from tests.storage.test_catalog_tables import _hold, _wait_for
+    from tests.storage.racing import held_udf, other_writer
 
     path = str(tmp_path / "t")
     storage.write_table(
         spark.createDataFrame([(i, f"old{i}") for i in range(10)], "id long, v string"), path
     )
     started, go = str(tmp_path / "started"), str(tmp_path / "go")
-    held = F.udf(lambda _: _hold(started, go), "boolean").asNondeterministic()
+    held = held_udf(started, go)
     source = (
         spark.createDataFrame(
             [(i, f"new{i}", "insert") for i in range(5, 15)], "id long, v string, _op string"
@@ -194,28 +192,12 @@ def test_a_merge_another_writer_committed_under_is_one_sentence(
         .coalesce(1)
         .where(held(F.lit(1)))
     )
-    other: list[BaseException] = []
-
-    def other_writer() -> None:
-        try:
-            _wait_for(Path(started), Path(go))
-            extra = spark.createDataFrame([(100, "other")], "id long, v string")
-            storage.write_table(extra, path, "append")
-        except BaseException as exc:
-            other.append(exc)
-        finally:
-            Path(go).touch()
-
-    thread = threading.Thread(target=other_writer)
-    thread.start()
-    try:
-        with pytest.raises(storage.ConcurrentWriteError) as caught:
-            # the MERGE itself: replace_rows computes its source (a local checkpoint)
-            # before the transaction begins, where a held task would hold nothing
-            writes._merge_delta_spark(source, path, ["id", "v"], "(t.`id` = s.`id`)", empty=False)
-    finally:
-        Path(go).touch()
-        thread.join()
+    extra = spark.createDataFrame([(100, "other")], "id long, v string")
+    racing = other_writer(started, go, lambda: storage.write_table(extra, path, "append"))
+    with racing as other, pytest.raises(storage.ConcurrentWriteError) as caught:
+        # the MERGE itself: replace_rows computes its source (a local checkpoint)
+        # before the transaction begins, where a held task would hold nothing
+        writes._merge_delta_spark(source, path, ["id", "v"], "(t.`id` = s.`id`)", empty=False)
     assert not other, other
     message = str(caught.value)
     assert message.startswith("another run ") and f"committed to {path} while this run" in message

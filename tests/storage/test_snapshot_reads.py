@@ -48,14 +48,13 @@ def test_read_snapshot_gives_every_versions_rows(spark: SparkSession, tmp_path: 
             assert "DeltaFileIndex" not in _plan(got), _plan(got)
 
 
+# delta-spark only (deselected on the embedded store, which writes no deletion vectors;
+# its reads of them: tests/storage/test_storage.py)
+@pytest.mark.delta_spark
 def test_read_snapshot_reads_files_with_deletion_vectors_through_delta(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """After a DELETE with deletion vectors on: the rows the vectors hide stay hidden."""
-    if storage_mode(spark) == EMBEDDED:
-        pytest.skip(
-            "the embedded store cannot write deletion vectors (its own reads: test_storage)"
-        )
     path = str(tmp_path / "dv")
     storage.write_table(_frame(spark, 0, 40), path, "overwrite", deletion_vectors=True)
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 5 = 0").collect()
@@ -67,12 +66,12 @@ def test_read_snapshot_reads_files_with_deletion_vectors_through_delta(
     assert "DeltaFileIndex" in _plan(got)  # the files with a vector went through Delta
 
 
+# delta-spark only (deselected on the embedded store, where read_snapshot is read_table)
+@pytest.mark.delta_spark
 def test_read_snapshot_falls_back_to_delta_when_the_log_lost_commits(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """A commit file gone (log retention, after a checkpoint): read through Delta, same rows."""
-    if storage_mode(spark) == EMBEDDED:
-        pytest.skip("read_snapshot is read_table on the embedded store")
     path = str(tmp_path / "t")
     storage.write_table(_frame(spark, 0, 3), path, "append")
     spark.sql(
