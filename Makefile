@@ -52,7 +52,7 @@ NATIVE_FAILED := { echo "make: the native build failed (above): fix it, or build
 DEVELOP_NATIVE := VIRTUAL_ENV=$(abspath $(VENV)) $(MATURIN) develop --release --manifest-path native/py/Cargo.toml
 
 .DEFAULT_GOAL := help
-.PHONY: help install jars native run notebook test test-native lint typecheck bench bench-incremental bench-ingest bench-hot bench-groups bench-udf dist clean
+.PHONY: help install jars native run notebook test test-native lint typecheck bench bench-incremental bench-ingest bench-hot bench-groups bench-local bench-udf dist clean
 
 help: ## list the targets
 	@echo "pelengine - make targets:"
@@ -153,6 +153,9 @@ bench-hot: install ## Python worker RSS of one hot stream (20M events; BENCH_ARG
 
 bench-groups: install ## one stream, 16 groups: the job split by group against one task (1M events; BENCH_ARGS="--events 300k")
 	$(BIN)/python benchmarks/many_groups.py $(BENCH_ARGS)
+bench-local: install ## reconstruct --runner local (no JVM) as a user runs it (20k and 1M events; BENCH_ARGS="--series 20k,1M,10M --spark")
+	$(BIN)/python benchmarks/local_runner.py $(BENCH_ARGS)
+
 bench-udf: install ## the replay UDF alone, in-process: CPU-s per 1M events (300k events; BENCH_ARGS="--events 1M")
 	$(BIN)/python benchmarks/replay_udf.py $(BENCH_ARGS)
 

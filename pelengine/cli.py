@@ -35,6 +35,7 @@ from pelengine.commands.args import (
     EXIT_USAGE,
     UsageError,
     check,
+    local_runner,
 )
 from pelengine.commands.parser import build_parser
 from pelengine.progress import Progress, ProgressReporter, spark_status
@@ -118,6 +119,9 @@ def run(
                 if why is not None:
                     reporter(why)
                     return SESSIONLESS[args.command](None, args, conf, reporter)
+            if spark is None and local_runner(args, conf):
+                reporter("the local runner: no Spark session (delta-rs in and out)")
+                return reconstruct.cmd_reconstruct(None, args, conf, reporter)
             if spark is None:
                 from pelengine.session import build_session
 

@@ -35,6 +35,24 @@ def quiet(_: str) -> None:
     return None
 
 
+class Laps:
+    """A run's stage timings: each call ``laps(stage, detail)`` records the seconds since
+    the previous one (or since it was made) under ``stage`` in ``timings`` and says so in
+    one progress line."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.timings: dict[str, float] = {}
+        self._progress = progress
+        self._clock = time.monotonic()
+
+    def __call__(self, stage: str, detail: str = "") -> None:
+        now = time.monotonic()
+        self.timings[stage] = round(now - self._clock, 3)
+        self._clock = now
+        took = f"{stage} done in {self.timings[stage]:.1f} s"
+        self._progress(took + (f": {detail}" if detail else ""))
+
+
 def spark_jobs_so_far(spark: SparkSession) -> int | None:
     """How many Spark jobs the session's ``SparkContext`` has started (its next job id):
     over a run, the jobs the run cost (one action can be several jobs: a stage per

@@ -41,6 +41,9 @@ PACKAGED_DEFAULTS = "defaults.yaml"
 
 #: the replay engines a run may ask for (pelengine.engine.native resolves them)
 ENGINES = ("auto", "native", "python")
+#: the runners a reconstruction may run on: Spark (the job), or local (one process, no JVM:
+#: pelengine.runs.local)
+RUNNERS = ("spark", "local")
 #: the Delta Lake a session may be given (pelengine.storage.jars): delta-spark (Delta Lake
 #: on the JVM: delta-spark's jars), the embedded delta-rs store, or auto
 DELTA_SPARK = "delta-spark"
@@ -170,6 +173,9 @@ class Settings:
     # the replay engine: auto (native when importable), native, python (see
     # pelengine.engine.native; resolved once per run by the pipeline)
     engine: str = conf_field("reconstruct", "engine")
+    # where the run runs: spark (the job: a Spark session) or local (one process, no JVM,
+    # delta-rs in and out; full runs of paths: see pelengine.runs.local)
+    runner: str = conf_field("reconstruct", "runner")
     # delta-spark: the tables nights merge into get deletion vectors (see
     # pelengine.storage.write_table)
     deletion_vectors: bool = conf_field("reconstruct", "deletion_vectors")
@@ -191,8 +197,21 @@ class Settings:
             raise SettingsError(
                 f"{{engine}}: {_shown(self.engine)} is not one of {', '.join(ENGINES)}"
             )
+        if self.runner not in RUNNERS:
+            raise SettingsError(
+                f"{{runner}}: {_shown(self.runner)} is not one of {', '.join(RUNNERS)}"
+            )
         if self.incremental and (self.as_of_ms is not None or self.as_of_seq is not None):
             raise SettingsError("{incremental} cannot be combined with {as_of_ms}/{as_of_seq}")
+
+    def moment(self, max_seq: int | None, max_ts: int | None) -> tuple[int | None, int | None]:
+        """The run's snapshot moment (as_of_ms, as_of_seq): the one asked for, else the
+        newest of the rows replayed (``max_seq``, ``max_ts``); never past the last seq."""
+        as_of_ms = self.as_of_ms if self.as_of_ms is not None else max_ts
+        as_of_seq = self.as_of_seq if self.as_of_seq is not None else max_seq
+        if self.as_of_seq is not None and max_seq is not None:
+            as_of_seq = min(self.as_of_seq, max_seq)
+        return as_of_ms, as_of_seq
 
     @property
     def model_profile(self) -> Profile:

@@ -28,6 +28,7 @@ ROOMS = {
     "pelengine.session": 5,
     "pelengine.runs": 4,
     "pelengine.pipeline": 3,
+    "pelengine.local": 3,
     "pelengine.read": 3,
     "pelengine.engine": 2,
     "pelengine.ingest": 2,

@@ -151,8 +151,29 @@ def _check_reconstruct(args: argparse.Namespace, conf: Config) -> None:
         raise UsageError(f"--events {args.events}: no such path")
     if args.out and _is_local(args.out) and _local_path(args.out).is_file():
         raise UsageError(f"--out {args.out}: a file, not a directory for the tables")
-    run_settings(args, conf)
-    reconstruct_output(args, conf)
+    settings = run_settings(args, conf)
+    output = reconstruct_output(args, conf)
+    if settings.runner == "local":
+        if settings.incremental:
+            raise UsageError(
+                "--runner local makes full runs; --incremental (nights) runs on the Spark "
+                "runner (--runner spark)"
+            )
+        if output.by_name:
+            raise UsageError(
+                "--runner local writes tables by path (--out PATH); catalog tables "
+                "(--catalog/--schema) need the Spark runner (--runner spark)"
+            )
+        if not isinstance(table_ref(args.events), str):
+            raise UsageError(
+                f"--events {args.events}: --runner local reads an events table by path; a "
+                "table by name needs the Spark runner (--runner spark)"
+            )
+
+
+def local_runner(args: argparse.Namespace, conf: Config) -> bool:
+    """Whether the command is a reconstruction on the local runner (no Spark session)."""
+    return args.command == "reconstruct" and run_settings(args, conf).runner == "local"
 
 
 def _check_demo(args: argparse.Namespace, conf: Config) -> None:

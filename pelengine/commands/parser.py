@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 
 from pelengine.model import resolve_profile
-from pelengine.settings import ENGINES
+from pelengine.settings import ENGINES, RUNNERS
 
 Parser = argparse.ArgumentParser
 
@@ -164,6 +164,13 @@ def _reconstruct(sub: Callable[..., Parser]) -> None:
         metavar="{" + ",".join(ENGINES) + "}",
         help="the replay engine: auto (native when pelengine-native is installed, else "
         "python), native or python (default: conf, auto; docs/native.md)",
+    )
+    p.add_argument(
+        "--runner",
+        metavar="{" + ",".join(RUNNERS) + "}",
+        help="where the run runs: spark (a Spark session, the default) or local (this "
+        "process, no JVM: delta-rs in and out; full runs of tables by path; "
+        "default: conf, spark)",
     )
     _add_json(p, "the run report")
 

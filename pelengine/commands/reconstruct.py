@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def cmd_reconstruct(
-    spark: SparkSession, args: argparse.Namespace, conf: Config, progress: Progress
+    spark: SparkSession | None, args: argparse.Namespace, conf: Config, progress: Progress
 ) -> int:
     """Run the reconstruction and print its report."""
     from pelengine.runs.full import run_reconstruct

@@ -97,7 +97,7 @@ def make_router(
 Starter = Callable[[tuple[Any, ...]], Any]
 
 
-def _starter(
+def family_starter(
     settings: Settings,
     as_of_ms: int,
     as_of_seq: int,
@@ -169,7 +169,7 @@ def make_replay_function(
     (``make_unpacker`` reads them back), the small outputs of many families together
     (``_Packer``). The pipeline merges the delivery segments into ``delivery_counts``.
     """
-    start = _starter(settings, as_of_ms, as_of_seq, mark_seq, unit_groups, engine)
+    start = family_starter(settings, as_of_ms, as_of_seq, mark_seq, unit_groups, engine)
     packed_schema = _arrow_schema(REPLAY_PACKED_SCHEMA)
     key_names = ("db", "family", "unit") if unit_groups else ("db", "family")
 

@@ -102,6 +102,61 @@ def linked_keys(argv: Sequence[str] | None) -> list[str]:
     return []
 
 
+def tie_families(
+    links: list[list[tuple[int, str]]],
+    prior: dict[tuple[int, str], str] | None = None,
+    saved: set[tuple[int, str]] | None = None,
+    renamed: dict[tuple[int, str], str] | None = None,
+) -> dict[tuple[int, str], str]:
+    """The family of every key that ``links`` tie to others: each link a list of
+    (db, key) that must share one replay (:func:`linked_keys` of a RENAME or a
+    multi-stream XREADGROUP), a family named by its smallest key. ``prior``: the
+    families of a previous run (incremental), ``saved``: the (db, family) that have
+    saved state. Saved families keep their names; when the links tie several of them
+    together, the merged family takes the smallest name and ``renamed`` gets
+    ``(db, old name) -> new name`` for the others (their saved models are merged).
+    A key in no link is its own family (and not in the map)."""
+    links = list(links)
+    parent: dict[tuple[int, str], tuple[int, str]] = {}
+
+    def find(node: tuple[int, str]) -> tuple[int, str]:
+        root = node
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while node != root:
+            parent[node], node = root, parent.get(node, node)
+        return root
+
+    if prior:
+        by_family: dict[tuple[int, str], list[tuple[int, str]]] = {}
+        for (db, key), fam in prior.items():
+            by_family.setdefault((db, fam), []).append((db, key))
+        links += [[(db, fam), *keys] for (db, fam), keys in by_family.items()]
+    for keys in links:
+        for other in keys[1:]:
+            a, b = find(keys[0]), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    names = {root: root[1] for root in {find(n) for n in parent}}
+    if prior or saved:
+        # a component keeps the name of the one saved family it contains
+        holders: dict[tuple[int, str], set[str]] = {}
+        for node in set(parent) | {find(n) for n in list(parent)}:  # roots are not in parent
+            holder: str | None = (prior or {}).get(node)
+            if holder is None and node in (saved or set()):
+                holder = node[1]
+            if holder is not None:
+                holders.setdefault(find(node), set()).add(holder)
+        for root, fams in holders.items():
+            chosen = min(fams)
+            names[root] = chosen
+            if renamed is not None:
+                renamed.update({(root[0], f): chosen for f in fams if f != chosen})
+    return {node: names[find(node)] for node in parent} | {
+        root: names[root] for root in {find(n) for n in parent}
+    }
+
+
 def is_stream_command(name: str) -> bool:
     """True for the commands the engine applies (and counts as applied or failed)."""
     return name.upper() in STREAM_COMMANDS

@@ -11,6 +11,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pelengine.engine.outcomes import count_outcomes, starting_state
 from pelengine.model.commands import LOAD_COMMAND
 from pelengine.pipeline.carry import PRIOR_CLOSED
 from pelengine.pipeline.replay import replayed_table
@@ -103,11 +104,11 @@ def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> Dat
 def report_facts(
     routed: DataFrame, replayed: DataFrame, report: dict[str, Any], *, families: bool = False
 ) -> list[tuple[int, str]]:
-    """The report's outcome counts (:func:`_count_outcomes`) and its ``starting_state``
-    (:func:`_starting_state`), from one Spark action: the four small aggregates they read,
-    unioned under a ``part`` column and collected together. With ``families`` (a night)
-    the same action also gives the ``(db, family)`` of every family the replay kept a
-    state for (the families it replayed), returned; else none."""
+    """The report's outcome counts (:func:`engine.outcomes.count_outcomes`) and its
+    ``starting_state`` (:func:`engine.outcomes.starting_state`), from one Spark action: the
+    four small aggregates they read, unioned under a ``part`` column and collected together.
+    With ``families`` (a night) the same action also gives the ``(db, family)`` of every
+    family the replay kept a state for (the families it replayed), returned; else none."""
     parts = [
         _aggregate_part("pre", _pre_outcomes(routed)),
         _aggregate_part("stats", _replay_stats(replayed)),
@@ -122,8 +123,8 @@ def report_facts(
     rows: dict[str, list[Any]] = {"pre": [], "stats": [], "outcome": [], "load": [], "family": []}
     for row in union.collect():
         rows[row["part"]].append(row)
-    _count_outcomes(rows["pre"], rows["stats"], rows["outcome"], report)
-    report["starting_state"] = _starting_state(rows["load"])
+    count_outcomes(rows["pre"], rows["stats"], rows["outcome"], report)
+    report["starting_state"] = starting_state(rows["load"])
     return [(int(r["db"]), str(r["family"])) for r in rows["family"]]
 
 
@@ -216,59 +217,3 @@ def _loads(routed: DataFrame) -> DataFrame:
             F.min("ts_ms").alias("snapshot_ms"),
         )
     )
-
-
-def _starting_state(loads: list[Any]) -> list[dict[str, Any]]:
-    """Where the replay's starting state came from: the snapshot rows (``PELENGINE.LOAD``,
-    written by ``ingest-rdb`` or ``ingest-aof`` from an RDB) per source, in seq order;
-    empty: none, the log starts from an empty server."""
-    return [
-        {
-            "source": r["source"],
-            "rows": int(r["n"]),
-            "first_seq": r["first_seq"],
-            "last_seq": r["last_seq"],
-            "snapshot_ms": r["snapshot_ms"],
-        }
-        for r in sorted(loads, key=lambda r: r["first_seq"])
-    ]
-
-
-def _count_outcomes(
-    pre: list[Any], stats: list[Any], outcomes: list[Any], report: dict[str, Any]
-) -> None:
-    """Fill the report's applied / ignored / failed counts from the parts of
-    :func:`report_facts`."""
-    events = report["events"]
-    by_kind: dict[str, int] = {"applied": 0, "ignored": 0, "error": 0}
-    errors: dict[str, int] = {}
-    by_command: dict[str, int] = {}
-    notes: dict[str, int] = {}
-    for row in pre:
-        n = int(row["n"])
-        by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + n
-        by_command[row["command"]] = by_command.get(row["command"], 0) + n
-        if row["error"]:
-            errors[row["error"]] = errors.get(row["error"], 0) + n
-    for row in stats:
-        kind, n = row["kind"], int(row["n"])
-        if kind == "seen":
-            by_command[row["command"]] = by_command.get(row["command"], 0) + n
-        elif kind == "note":
-            notes[row["error"]] = notes.get(row["error"], 0) + n
-        else:
-            by_kind[kind] = by_kind.get(kind, 0) + n
-            if kind == "error":
-                errors[row["error"]] = errors.get(row["error"], 0) + n
-    for row in outcomes:
-        kind, n = row["kind"], int(row["n"])
-        by_kind[kind] = by_kind.get(kind, 0) + n
-        by_command[row["command"]] = by_command.get(row["command"], 0) + n
-        if kind == "error":
-            errors[row["error"]] = errors.get(row["error"], 0) + n
-    events["applied"] = by_kind.get("applied", 0)
-    events["ignored"] = by_kind.get("ignored", 0)
-    events["failed"] = by_kind.get("error", 0)
-    events["failed_by_kind"] = dict(sorted(errors.items()))
-    events["by_command"] = dict(sorted(by_command.items()))
-    report["notes"] = notes

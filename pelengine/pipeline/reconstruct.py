@@ -8,7 +8,6 @@ what this returns.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +19,7 @@ from pyspark.sql.types import (
 )
 
 from pelengine.engine.native import resolve_engine
+from pelengine.engine.outcomes import replay_report
 from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
 from pelengine.pipeline.assemble import merge_delivery_segments, output_table, report_facts
 from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename_families
@@ -51,7 +51,7 @@ from pelengine.pipeline.units import (
     mark_units,
     open_units_after,
 )
-from pelengine.progress import Progress, quiet
+from pelengine.progress import Laps, Progress, quiet
 from pelengine.schemas import (
     EVENTS_SCHEMA,
     FAMILY_STATE_COLUMNS,
@@ -112,19 +112,12 @@ def reconstruct(
     rows also digest the rows up to it (``mark_n``/``mark_x``).
     """
     settings = settings or Settings()
-    chosen, profile_reason = settings.model_profile, settings.profile_reason
+    chosen = settings.model_profile
     profile = chosen.name
     # once, on the driver: the executors run what was chosen here (a plain value)
     engine, engine_reason = resolve_engine(settings.engine, keep_state=settings.incremental)
-    timings: dict[str, float] = {}
-    clock = time.monotonic()
-
-    def lap(stage: str, detail: str = "") -> None:
-        nonlocal clock
-        now = time.monotonic()
-        timings[stage] = round(now - clock, 3)
-        clock = now
-        progress(f"{stage} done in {timings[stage]:.1f} s" + (f": {detail}" if detail else ""))
+    lap = Laps(progress)
+    timings = lap.timings
 
     progress("validating events")
     persisted: list[DataFrame] = []
@@ -181,10 +174,7 @@ def reconstruct(
     if carry is not None:
         max_ts = _max(carry.as_of_ms, max_ts)
         max_seq = _max(carry.as_of_seq, max_seq)
-    as_of_ms = settings.as_of_ms if settings.as_of_ms is not None else max_ts
-    as_of_seq = settings.as_of_seq if settings.as_of_seq is not None else max_seq
-    if settings.as_of_seq is not None and max_seq is not None:
-        as_of_seq = min(settings.as_of_seq, max_seq)
+    as_of_ms, as_of_seq = settings.moment(max_seq, max_ts)
     lap("validate", f"{n_valid:,} events to replay")
     progress(f"routing {n_valid:,} events to stream families")
     saved: set[tuple[int, str]] | None = None
@@ -256,22 +246,14 @@ def reconstruct(
     # checked on the plan the cache keeps: planning the replay again (on a night, with the
     # saved states' Delta scan in it) costs Spark jobs of its own
     check_replay_plan(replayed)
-    report: dict[str, Any] = {
-        "profile": profile,
-        "profile_reason": profile_reason,
-        "engine": engine,
-        "engine_reason": engine_reason,
-        "stream_node_max": {
-            "entries": settings.node_max_entries,
-            "bytes": settings.node_max_bytes,
-        },
-        "as_of_ms": as_of_ms,
-        "as_of_seq": as_of_seq,
-        "stopped_before_seq": stop_seq,
-        "split_by_group": split_stats,
-        "events": {"valid": n_valid, "rejected_by_reason": rejected_by_reason},
-        "timings_s": timings,
-    }
+    report = replay_report(
+        settings,
+        (engine, engine_reason),
+        (as_of_ms, as_of_seq, stop_seq),
+        split_stats,
+        {"valid": n_valid, "rejected_by_reason": rejected_by_reason},
+        timings,
+    )
     # one action: the report's counts, and on a night the families the replay kept a state
     # for (the replayed families every carried table and the state leave out)
     replayed_keys = report_facts(routed, replayed, report, families=carry is not None)

@@ -20,6 +20,7 @@ from pyspark.sql.types import (
 )
 
 from pelengine.engine.udf import links_batches, make_router
+from pelengine.model.routing import tie_families
 from pelengine.pipeline.units import EXEC_UNIT
 from pelengine.settings import Settings
 
@@ -54,45 +55,8 @@ def family_map(
         .distinct()
         .collect()
     )
-    parent: dict[tuple[int, str], tuple[int, str]] = {}
-
-    def find(node: tuple[int, str]) -> tuple[int, str]:
-        root = node
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while node != root:
-            parent[node], node = root, parent.get(node, node)
-        return root
-
     links = [[(row["db"], k) for k in row["links"]] for row in rows]
-    if prior:
-        by_family: dict[tuple[int, str], list[tuple[int, str]]] = {}
-        for (db, key), fam in prior.items():
-            by_family.setdefault((db, fam), []).append((db, key))
-        links += [[(db, fam), *keys] for (db, fam), keys in by_family.items()]
-    for keys in links:
-        for other in keys[1:]:
-            a, b = find(keys[0]), find(other)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    names = {root: root[1] for root in {find(n) for n in parent}}
-    if prior or saved:
-        # a component keeps the name of the one saved family it contains
-        holders: dict[tuple[int, str], set[str]] = {}
-        for node in set(parent) | {find(n) for n in list(parent)}:  # roots are not in parent
-            holder: str | None = (prior or {}).get(node)
-            if holder is None and node in (saved or set()):
-                holder = node[1]
-            if holder is not None:
-                holders.setdefault(find(node), set()).add(holder)
-        for root, fams in holders.items():
-            chosen = min(fams)
-            names[root] = chosen
-            if renamed is not None:
-                renamed.update({(root[0], f): chosen for f in fams if f != chosen})
-    return {node: names[find(node)] for node in parent} | {
-        root: names[root] for root in {find(n) for n in parent}
-    }
+    return tie_families(links, prior, saved, renamed)
 
 
 def route_events(

@@ -19,7 +19,7 @@ from pelengine.settings import Settings
 
 
 def run_reconstruct(
-    spark: SparkSession,
+    spark: SparkSession | None,
     events_path: str,
     out_path: str | storage.Output,
     settings: Settings | None = None,
@@ -31,8 +31,15 @@ def run_reconstruct(
     ``events_path``: a path, or ``catalog.schema.table`` (see :func:`storage.table_ref`);
     ``out_path``: a root path, or a :class:`storage.Output` (catalog tables).
     ``settings.incremental``: continue from the state under ``out_path`` (see
-    :mod:`pelengine.runs.incremental`)."""
+    :mod:`pelengine.runs.incremental`). ``settings.runner`` "local": the run is made in
+    this process, with no session (:mod:`pelengine.runs.local`; ``spark`` may be None)."""
     settings = settings or Settings()
+    if settings.runner == "local":  # this process, no session (pelengine.runs.local)
+        from pelengine.runs.local import run_local
+
+        return run_local(events_path, out_path, settings, progress)
+    if spark is None:
+        raise ValueError("the Spark runner needs a session (--runner local needs none)")
     output = storage.check_output(spark, out_path)
     events_ref = storage.table_ref(events_path)
     storage.check_input(spark, events_ref)

@@ -97,25 +97,8 @@ def record_run(
     ``tables`` name each table's Delta version as the run left it: what readers read).
     ``replace``: the run rewrites an output of an earlier contract version, whose
     ``_runs`` (if any) it replaces."""
-    import datetime
-
     output = as_output(out)
-    tables = report.get("tables") or {}
-    rows = (report.get("output") or {}).get("rows") or {}
-    inc = report.get("incremental") or {}
-    mode = "incremental" if inc.get("mode") == "incremental" else "full"
-    row = (
-        str(report.get("run_id") or uuid.uuid4()),
-        datetime.datetime.now(datetime.UTC),
-        mode,
-        OUTPUT_VERSION,
-        report.get("as_of_ms"),
-        report.get("as_of_seq"),
-        (report.get("input") or {}).get("delta_version"),
-        {str(k): int(v) for k, v in tables.items()},
-        {str(k): int(v) for k, v in rows.items() if isinstance(v, int)},
-        json.dumps(report, sort_keys=True, default=str),
-    )
+    row = _run_row(report)
     record = spark.createDataFrame([row], RUNS_SCHEMA)
     write_table(
         record,
@@ -200,3 +183,113 @@ def read_output_table(
         )
     version = (run_versions(root, spark) if versions is None else versions).get(name)
     return read_table(spark, path, version)
+
+
+def _runs_struct() -> Any:
+    """``RUNS_SCHEMA`` as a Spark ``StructType`` built without a session (a DDL string
+    is parsed by the JVM)."""
+    from pyspark.sql.types import (
+        IntegerType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    longs = MapType(StringType(), LongType(), True)
+    return StructType(
+        [
+            StructField("run_id", StringType(), True),
+            StructField("finished_at", TimestampType(), True),
+            StructField("mode", StringType(), True),
+            StructField("output_version", IntegerType(), True),
+            StructField("as_of_ms", LongType(), True),
+            StructField("as_of_seq", LongType(), True),
+            StructField("events_version", LongType(), True),
+            StructField("tables", longs, True),
+            StructField("rows", longs, True),
+            StructField("report", StringType(), True),
+        ]
+    )
+
+
+def _run_row(report: dict[str, Any]) -> tuple[Any, ...]:
+    """The ``_runs`` row of a finished run's ``report`` (``RUNS_SCHEMA``'s columns)."""
+    import datetime
+
+    tables = report.get("tables") or {}
+    rows = (report.get("output") or {}).get("rows") or {}
+    inc = report.get("incremental") or {}
+    mode = "incremental" if inc.get("mode") == "incremental" else "full"
+    return (
+        str(report.get("run_id") or uuid.uuid4()),
+        datetime.datetime.now(datetime.UTC),
+        mode,
+        OUTPUT_VERSION,
+        report.get("as_of_ms"),
+        report.get("as_of_seq"),
+        (report.get("input") or {}).get("delta_version"),
+        {str(k): int(v) for k, v in tables.items()},
+        {str(k): int(v) for k, v in rows.items() if isinstance(v, int)},
+        json.dumps(report, sort_keys=True, default=str),
+    )
+
+
+def record_run_sessionless(root: str, report: dict[str, Any], *, replace: bool = False) -> None:
+    """:func:`record_run` for a root path, without a Spark session (the local runner):
+    the same row, appended by the embedded store's writer."""
+    import pyarrow as pa
+
+    from pelengine.storage import sessionless
+
+    row = _run_row(report)
+    names = [f.name for f in _runs_struct().fields]
+    arrow = pa.table(
+        {
+            "run_id": pa.array([row[0]], pa.string()),
+            "finished_at": pa.array([row[1]], pa.timestamp("us", tz="UTC")),
+            "mode": pa.array([row[2]], pa.string()),
+            "output_version": pa.array([row[3]], pa.int32()),
+            "as_of_ms": pa.array([row[4]], pa.int64()),
+            "as_of_seq": pa.array([row[5]], pa.int64()),
+            "events_version": pa.array([row[6]], pa.int64()),
+            "tables": pa.array([list(row[7].items())], pa.map_(pa.string(), pa.int64())),
+            "rows": pa.array([list(row[8].items())], pa.map_(pa.string(), pa.int64())),
+            "report": pa.array([row[9]], pa.string()),
+        }
+    ).select(names)
+    sessionless.write_arrow(
+        arrow,
+        table_path(Output(root=root), RUNS_TABLE),
+        _runs_struct(),
+        "overwrite" if replace else "append",
+        {"overwriteSchema": "true"} if replace else None,
+    )
+
+
+def newest_run_sessionless(root: str) -> dict[str, Any] | None:
+    """:func:`newest_run` for a root path, without a Spark session (the local runner)."""
+    from pelengine.storage import sessionless
+
+    output = Output(root=root)
+    runs = table_path(output, RUNS_TABLE)
+    if not sessionless.table_exists(runs):
+        if read_run_report(output) is not None:
+            raise OutputVersionError(root, f"it has a {RUN_REPORT} and no {RUNS_TABLE} table")
+        history = table_path(output, "ownership_changes")
+        if (
+            sessionless.table_exists(history)
+            and "as_of_ms" in sessionless.read_arrow(history, ["as_of_ms"]).column_names
+        ):
+            raise OutputVersionError(root, "its ownership_changes table has as_of_* columns")
+        return None
+    rows = sessionless.read_arrow(runs).to_pylist()
+    if rows and "output_version" not in rows[0]:
+        raise OutputVersionError(root, "its _runs table has no output_version")
+    if not rows:
+        return None
+    newest = max(rows, key=lambda r: r["finished_at"])
+    # maps as Spark gives them (a dict), not Arrow's list of pairs
+    return {k: dict(v) if isinstance(v, list) else v for k, v in newest.items()}

@@ -63,10 +63,19 @@ def read_arrow(path: TableRef, columns: Sequence[str] | None = None) -> pa.Table
     return pa.Table.from_batches(batches, schema=reader.target)
 
 
-def write_arrow(rows: pa.Table, path: TableRef, schema: StructType, mode: str) -> None:
+def write_arrow(
+    rows: pa.Table,
+    path: TableRef,
+    schema: StructType,
+    mode: str,
+    options: dict[str, str] | None = None,
+) -> None:
     """Write ``rows`` (``schema``: the table's Spark schema) as one commit of the Delta
     table at ``path``, with the embedded store's writer: ``mode`` overwrite, append,
-    errorifexists (a table there is an error) or ignore (a table there: nothing written)."""
+    errorifexists (a table there is an error) or ignore (a table there: nothing written).
+    ``options``: the writer's (``txnAppId``/``txnVersion``: a version the table recorded
+    already for the app is not written again; ``partitionBy``: a JSON list;
+    ``overwriteSchema``)."""
     from pelengine.storage.embedded import DeltaWriter
 
     if mode not in _MODES:
@@ -81,8 +90,16 @@ def write_arrow(rows: pa.Table, path: TableRef, schema: StructType, mode: str) -
                 "use mode 'overwrite' or 'append'."
             )
         mode = "append"
-    writer = DeltaWriter(uri, schema, mode == "overwrite", {})
+    writer = DeltaWriter(uri, schema, mode == "overwrite", dict(options or {}))
     if writer.skip:
         return
     message = writer.write(iter(rows.to_batches()))
     writer.commit([message])
+
+
+def table_version(path: TableRef) -> int | None:
+    """The Delta version of the table at ``path`` (None: no table there)."""
+    from pelengine.storage.embedded import open_table
+
+    table = open_table(_uri(path))
+    return None if table is None else int(table.version())

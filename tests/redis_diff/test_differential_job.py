@@ -62,6 +62,14 @@ def events_schema() -> Any:
     )
 
 
+def events_arrow() -> Any:
+    """The input contract (:func:`events_schema`) as an Arrow schema, for the local
+    runner's table."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(events_schema())
+
+
 def collect_tables(result: Any) -> dict[str, list[dict[str, Any]]]:
     tables = result.tables if hasattr(result, "tables") else result
     return {name: [row.asDict() for row in df.collect()] for name, df in tables.items()}
@@ -73,6 +81,9 @@ def job_seeds(kind: ServerKind) -> int:
 
 @on_job_kinds
 def test_job_matches_server(fresh_redis_server: RedisServer, spark: Any, tmp_path) -> None:
+    import pyarrow as pa
+
+    from pelengine.local.reconstruct import reconstruct_local
     from pelengine.pipeline.reconstruct import reconstruct
     from pelengine.settings import Settings
 
@@ -108,6 +119,24 @@ def test_job_matches_server(fresh_redis_server: RedisServer, spark: Any, tmp_pat
     change_problems = check_job_changes(records, got.get("ownership_changes", []))
     report = getattr(result, "report", {}) or {}
     failed = (report.get("events") or {}).get("failed")
+    # the local runner (one process, no JVM) on the same log, judged by the same server
+    t2 = time.perf_counter()
+    local = reconstruct_local(
+        pa.Table.from_pylist([r.row() for r in records], schema=events_arrow()),
+        Settings(profile=server.profile),
+    )
+    got_local = {name: table.to_pylist() for name, table in local.tables.items()}
+    t_local = time.perf_counter() - t2
+    problems += [
+        f"local runner: {p}"
+        for p in compare_tables(truth, got_local, TABLES, tolerance)
+        + pending_delivery_counts(truth, got_local)
+    ]
+    change_problems += [
+        f"local runner: {p}"
+        for p in check_job_changes(records, got_local.get("ownership_changes", []))
+    ]
+    local_failed = local.report["events"]["failed"]
     expected_failed = sum(
         1
         for r in records
@@ -121,17 +150,21 @@ def test_job_matches_server(fresh_redis_server: RedisServer, spark: Any, tmp_pat
         f"{len(records)} events in {n_seeds} dbs "
         f"({sum(r.error is not None for r in records)} rejected by the server), "
         f"{rows} truth rows, times within {tolerance} ms, workload {t_workload:.1f}s, "
-        f"job {t_job:.1f}s, "
+        f"job {t_job:.1f}s, local runner {t_local:.1f}s, "
         f"failed per job report {failed} (server-rejected stream writes {expected_failed}), "
         f"mismatches {len(problems)}, ownership_changes vs replies {len(change_problems)}"
     )
     print(summary)
+    problems_text = ""
     if failed is not None and failed != expected_failed:
-        problems_text = (
+        problems_text += (
             f"\nreport failed={failed} != server-rejected stream writes {expected_failed}"
         )
-    else:
-        problems_text = ""
+    if local_failed != expected_failed:
+        problems_text += (
+            f"\nlocal runner's report failed={local_failed} != server-rejected stream writes "
+            f"{expected_failed}"
+        )
     if change_problems:
         problems_text += "\nownership_changes vs the server's replies:\n" + "\n".join(
             "  " + p for p in change_problems[:20]

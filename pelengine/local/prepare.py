@@ -1,0 +1,445 @@
+"""The local runner's prepare stage: the valid events (``local.conform``) made the rows
+each family's replay reads, in one process over Arrow tables.
+
+The same steps, in the same order and by the same rules, as the Spark runner's stages
+(``pipeline.conform`` ``resolve_db`` / ``cut_as_of``, ``pipeline.units.mark_units``,
+``pipeline.route``): rows without ``db`` take the db of the latest SELECT before them,
+``--as-of-*`` cuts the log, commands get their execution unit (and on 7.2+ its time),
+keys tied by RENAME or a multi-stream XREADGROUP share a family, the ``Router`` of the
+engine names each command's families, and every command becomes one row per family it
+reaches (FLUSHDB/FLUSHALL: every family of their db / of all dbs), with the activity
+markers of clients that block. Where a Spark stage needs a window over the whole log,
+the rows are already in ``seq`` order here: a forward fill, or one loop over the few
+columns it reads. Per-row work is Arrow compute; Python sees only the rows that need it
+(SELECTs, transactions and scripts, links, flushes, blocked clients).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pelengine.local.validate import spark_integral
+from pelengine.model.routing import (
+    SCOPE_ALL,
+    SCOPE_DB,
+    SCOPE_KEYS,
+    linked_keys,
+    tie_families,
+)
+from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
+
+EXEC_UNIT = "exec_unit"
+
+#: the columns of the rows each family's replay reads (``schemas.REPLAY_INPUT_SCHEMA``
+#: without the split-by-group unit: the local runner replays a family as one unit)
+ROW_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("ts_ms", pa.int64()),
+        ("argv", pa.list_(pa.string())),
+        ("db", pa.int32()),
+        ("client", pa.string()),
+        ("fanout", pa.bool_()),
+        ("family", pa.string()),
+        ("marker", pa.bool_()),
+        (EXEC_UNIT, pa.int64()),
+        ("lead", pa.bool_()),
+        ("silent", pa.bool_()),
+    ]
+)
+#: the columns of a command its family rows repeat
+_CARRIED = ("seq", "ts_ms", "argv", "db", "client", EXEC_UNIT)
+
+#: the most rows one Arrow batch of the router's input holds
+ROUTE_BATCH_ROWS = 65_536
+
+
+def sorted_by_seq(valid: pa.Table) -> pa.Table:
+    """``valid`` in ``seq`` order (its seqs are unique: rows sharing one were rejected or
+    kept once)."""
+    return valid.take(pc.sort_indices(valid, sort_keys=[("seq", "ascending")]))
+
+
+def resolve_db(valid: pa.Table, names: pa.Array, initial_db: int, needs: bool) -> pa.Array:
+    """The ``db`` of each row (in ``seq`` order): its own, else that of the latest SELECT
+    without db at or before it, else ``initial_db`` (``pipeline.conform.resolve_db``;
+    ``needs``: some SELECT lacks its db, else no fill is made)."""
+    db = valid.column("db")
+    if not needs:
+        return pc.fill_null(db, pa.scalar(initial_db, pa.int32())).combine_chunks()
+    selects = pc.and_(pc.equal(names, "SELECT"), pc.is_null(db))
+    at = pc.indices_nonzero(pc.fill_null(selects, False)).to_pylist()
+    argvs = valid.column("argv").take(pa.array(at, pa.int64())).to_pylist()
+    selected: list[int | None] = [None] * valid.num_rows
+    for i, argv in zip(at, argvs, strict=True):
+        selected[i] = spark_integral(argv[1], 32) if len(argv) > 1 else None
+    filled = pc.fill_null_forward(pa.array(selected, pa.int32()))
+    return pc.coalesce(db, filled, pa.scalar(initial_db, pa.int32())).combine_chunks()
+
+
+def cut_as_of(
+    valid: pa.Table, as_of_ms: int | None, as_of_seq: int | None
+) -> tuple[pa.Table, int | None]:
+    """The rows (in ``seq`` order) up to the point asked, and the first seq left out by
+    ``as_of_ms`` (``pipeline.conform.cut_as_of``: rows up to ``as_of_seq``, then those
+    before the first row later than ``as_of_ms``)."""
+    if as_of_seq is not None:
+        valid = valid.filter(pc.less_equal(valid.column("seq"), as_of_seq))
+    stop: int | None = None
+    if as_of_ms is not None and valid.num_rows:
+        first = pc.index(pc.greater(valid.column("ts_ms"), as_of_ms), True).as_py()
+        if first >= 0:
+            stop = valid.column("seq")[first].as_py()
+            valid = valid.slice(0, first)
+    return valid, stop
+
+
+def mark_units(
+    seq: list[int], ts_ms: list[int], names: list[str], client: list[str | None], *, times: bool
+) -> tuple[list[int | None], list[int]]:
+    """Each row's execution unit (None: none) and, with ``times`` (7.2+), its time: the
+    time of its unit's first row (``pipeline.units.mark_units``, the rules of the model's
+    ``Replayer._place``): what one client sends between MULTI and EXEC/DISCARD, named by
+    the MULTI's seq; a script call row (named by its seq, or by the transaction's) and
+    the ``lua`` rows that follow it. Rows in ``seq`` order."""
+    n = len(seq)
+    is_lua = [c == LUA_CLIENT for c in client]
+    units: list[int | None] = [None] * n
+    has_multi, has_lua = "MULTI" in names, any(is_lua)
+    if not (has_multi or has_lua):
+        return units, ts_ms
+    multi: list[int | None] = [None] * n
+    if has_multi:
+        opened: dict[str, int] = {}
+        closed: dict[str, int] = {}
+        for i in range(n):
+            c = client[i] or ""
+            name = names[i]
+            if name == "MULTI":
+                opened[c] = seq[i]
+            elif name in ("EXEC", "DISCARD"):
+                closed[c] = seq[i]
+            if name != "MULTI" and c in opened and opened[c] > closed.get(c, -1):
+                multi[i] = opened[c]
+    anchor: int | None = None
+    for i in range(n):
+        script = None
+        if names[i] in SCRIPT_CALLS and not is_lua[i]:
+            script = multi[i] if multi[i] is not None else seq[i]
+        unit = script if script is not None else multi[i]
+        if not is_lua[i]:
+            anchor = script  # a lua row belongs to the script of the row before it
+        elif anchor is not None:
+            unit = anchor
+        units[i] = unit
+    if not times:
+        return units, ts_ms
+    first: dict[int, int] = {}
+    timed = list(ts_ms)
+    for i, unit in enumerate(units):
+        if unit is not None:
+            timed[i] = first.setdefault(unit, ts_ms[i])
+    return units, timed
+
+
+def unit_columns(
+    valid: pa.Table, names: pa.Array, *, times: bool
+) -> tuple[pa.Array, pa.ChunkedArray | pa.Array]:
+    """``exec_unit`` and ``ts_ms`` of ``valid`` (rows in ``seq`` order), by
+    :func:`mark_units`' rules: only the rows a unit can hold go through it (those of the
+    clients that send MULTI, script calls and ``lua`` rows, with the rows that end a
+    script's run of ``lua`` rows), in ``seq`` order; a log without MULTI or ``lua`` rows
+    has no unit."""
+    import numpy as np
+
+    n = valid.num_rows
+    client = valid.column("client")
+    multis = pc.fill_null(pc.equal(names, "MULTI"), False)
+    lua = pc.fill_null(pc.equal(client, LUA_CLIENT), False)
+    if not (pc.any(multis).as_py() or pc.any(lua).as_py()):
+        return pa.nulls(n, pa.int64()), valid.column("ts_ms")
+    keyed = pc.fill_null(client, "")
+    transacting = pc.unique(pc.filter(keyed, multis))
+    scripts = pc.fill_null(pc.is_in(names, pa.array(sorted(SCRIPT_CALLS))), False)
+    # a lua row's unit is the script of the row before it (not lua): those rows too
+    before_lua = np.zeros(n, dtype=bool)
+    lua_at = np.flatnonzero(lua.to_numpy(zero_copy_only=False))
+    before_lua[lua_at[lua_at > 0] - 1] = True
+    wanted = pc.or_(
+        pc.or_(pc.is_in(keyed, transacting), pc.or_(scripts, lua)), pa.array(before_lua)
+    )
+    at = pc.indices_nonzero(wanted)
+    part = valid.take(at)
+    units, ts = mark_units(
+        part.column("seq").to_pylist(),
+        part.column("ts_ms").to_pylist(),
+        names.take(at).to_pylist(),
+        part.column("client").to_pylist(),
+        times=times,
+    )
+    rows = at.to_numpy()
+    marked = pa.array(units, pa.int64())
+    some = marked.is_valid().to_numpy(zero_copy_only=False)
+    unit_values = np.zeros(n, dtype=np.int64)
+    has_unit = np.zeros(n, dtype=bool)
+    unit_values[rows[some]] = marked.filter(pa.array(some)).to_numpy()
+    has_unit[rows[some]] = True
+    exec_unit = pa.array(unit_values, mask=~has_unit)
+    if not times:
+        return exec_unit, valid.column("ts_ms")
+    timed = valid.column("ts_ms").to_numpy()
+    timed = timed.copy()
+    timed[rows] = np.array(ts, dtype=np.int64)
+    return exec_unit, pa.array(timed)
+
+
+def family_links(valid: pa.Table, names: pa.Array) -> dict[tuple[int, str], str]:
+    """The families of the keys RENAME or a multi-stream XREADGROUP ties together
+    (``pipeline.route.family_map`` of a full run)."""
+    renames = pc.fill_null(pc.is_in(names, pa.array(["RENAME", "RENAMENX"])), False)
+    reads = pc.fill_null(pc.equal(names, "XREADGROUP"), False)
+    # a read ties keys only when it names two streams or more: four arguments or more
+    # after its first STREAMS (or none there); only those go to the exact parser
+    tying = pc.or_(renames, _several_streams(valid.column("argv"), reads))
+    rows = valid.filter(tying).select(["db", "argv"]).to_pylist()
+    links: list[list[tuple[int, str]]] = []
+    seen: set[tuple[int, tuple[str, ...]]] = set()
+    for row in rows:
+        keys = linked_keys(row["argv"])
+        if keys:
+            link = (row["db"], tuple(sorted(keys)))
+            if link not in seen:
+                seen.add(link)
+                links.append([(link[0], k) for k in link[1]])
+    return tie_families(links)
+
+
+def _several_streams(argv: pa.ChunkedArray, reads: pa.Array) -> pa.Array:
+    """Of the rows ``reads`` marks, those with at least four arguments after their first
+    ``STREAMS`` (any case), or without one (``pipeline.route.family_map``'s filter)."""
+    import numpy as np
+
+    lists = argv.combine_chunks()
+    at = pc.indices_nonzero(reads)
+    chosen = lists.take(at)
+    upper = pc.utf8_upper(pc.list_flatten(chosen))
+    hits = pa.table(
+        {
+            "row": pc.list_parent_indices(chosen),
+            "flat": pa.array(np.arange(len(upper), dtype=np.int64)),
+        }
+    ).filter(pc.equal(upper, "STREAMS"))
+    first = hits.group_by("row", use_threads=False).aggregate([("flat", "min")])
+    rows = first.column("row").to_numpy()
+    offsets = chosen.offsets.to_numpy()[:-1]
+    streams_at = np.zeros(len(chosen), dtype=np.int64)  # 1-based, 0: none (array_position)
+    streams_at[rows] = first.column("flat_min").to_numpy() - offsets[rows] + 1
+    lengths = pc.list_value_length(chosen).to_numpy(zero_copy_only=False)
+    out = np.zeros(len(lists), dtype=bool)
+    out[at.to_numpy()[lengths - streams_at >= 4]] = True
+    return pa.array(out)
+
+
+def route(valid: pa.Table, router: Any, batch_rows: int = ROUTE_BATCH_ROWS) -> pa.Table:
+    """``valid`` through the engine's ``Router`` (``command``, ``scope``, ``families``,
+    ``pre_kind``, ``pre_error``, ``group``, ``group_only`` appended), in its row order."""
+    batches = [router.route(b) for b in valid.to_batches(max_chunksize=batch_rows)]
+    if not batches:
+        return pa.Table.from_batches([], schema=_routed_schema(valid.schema))
+    return pa.Table.from_batches(batches)
+
+
+def _routed_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [
+            *schema,
+            ("command", pa.string()),
+            ("scope", pa.string()),
+            ("families", pa.list_(pa.string())),
+            ("pre_kind", pa.string()),
+            ("pre_error", pa.string()),
+            ("group", pa.string()),
+            ("group_only", pa.bool_()),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class RoutedFacts:
+    """The (client, db, family) of every blocking XREADGROUP (``waits``), whether one is
+    there (``blocking``), and whether a command reaches a whole db or every db (``flush``):
+    ``pipeline.route.RoutedFacts``."""
+
+    waits: list[tuple[str, int, str]]
+    blocking: bool
+    flush: bool
+
+
+def routed_facts(routed: pa.Table) -> RoutedFacts:
+    """The :class:`RoutedFacts` of ``routed`` (``pipeline.route.routed_facts``)."""
+    reads = routed.filter(
+        pc.and_(
+            pc.equal(routed.column("command"), "XREADGROUP"),
+            pc.is_valid(routed.column("client")),
+        )
+    )
+    waits: set[tuple[str, int, str]] = set()
+    blocking = False
+    if reads.num_rows:
+        argv = reads.column("argv").combine_chunks()
+        upper = pc.utf8_upper(pc.list_flatten(argv))
+        hits = pc.filter(pc.list_parent_indices(argv), pc.equal(upper, "BLOCK"))
+        at = pc.unique(hits)
+        if len(at):
+            blocking = True
+            blocked = reads.take(at).select(["client", "db", "families"]).to_pylist()
+            for r in blocked:
+                waits.update((r["client"], r["db"], f) for f in r["families"])
+    scope = routed.column("scope")
+    flush = bool(pc.any(pc.is_in(scope, pa.array([SCOPE_DB, SCOPE_ALL]))).as_py())
+    return RoutedFacts(sorted(waits), blocking, flush)
+
+
+def fan_out(routed: pa.Table, facts: RoutedFacts) -> pa.Table:
+    """One row (``ROW_SCHEMA``) per (command, family) it reaches, flagged ``fanout`` when it
+    reaches several, plus the activity markers of clients that block
+    (``pipeline.route.fan_out``); sorted by (db, family, seq): each family's rows
+    together, in the order its replay applies them. Each part is first a table of
+    pointers (the command's row, its db and family there, the two flags), sorted; the
+    commands' own columns are then taken once, in that order."""
+    scope = routed.column("scope")
+    keyed = pc.indices_nonzero(pc.fill_null(pc.equal(scope, SCOPE_KEYS), False))
+    families = routed.column("families").take(keyed).combine_chunks()
+    parents = pc.list_parent_indices(families)
+    flat = pc.list_flatten(families)
+    rows = keyed.take(parents)
+    db = routed.column("db").take(rows)
+    several = pc.greater(pc.list_value_length(families), 1).take(parents)
+    parts = [_pointers(rows, db, flat, several, marker=False)]
+    if facts.flush:
+        known = (
+            pa.table({"db": db, "family": flat})
+            .group_by(["db", "family"], use_threads=False)
+            .aggregate([])
+            .sort_by([("db", "ascending"), ("family", "ascending")])
+            .to_pylist()
+        )
+        flushes = pc.indices_nonzero(pc.is_in(scope, pa.array([SCOPE_DB, SCOPE_ALL])))
+        which = routed.take(flushes).select(["db", "scope"]).to_pylist()
+        at, dbs, fams = [], [], []
+        for i, row in zip(flushes.to_pylist(), which, strict=True):
+            for k in known:
+                if row["scope"] == SCOPE_ALL or k["db"] == row["db"]:
+                    at.append(i)
+                    dbs.append(k["db"])
+                    fams.append(k["family"])
+        parts.append(
+            _pointers(
+                pa.array(at, pa.int64()),
+                pa.array(dbs, pa.int32()),
+                pa.array(fams, pa.string()),
+                pa.repeat(True, len(at)),
+                marker=False,
+            )
+        )
+    if facts.waits:
+        parts.append(_markers(routed, facts.waits))
+    pointers = pa.concat_tables(parts)
+    pointers = pointers.append_column("seq", routed.column("seq").take(pointers.column("row")))
+    pointers = pointers.sort_by(
+        [("db", "ascending"), ("family", "ascending"), ("seq", "ascending")]
+    )
+    commands = routed.select(list(_CARRIED)).take(pointers.column("row"))
+    n = pointers.num_rows
+    return pa.table(
+        [
+            commands.column("seq"),
+            commands.column("ts_ms"),
+            commands.column("argv"),
+            pointers.column("db"),
+            commands.column("client"),
+            pointers.column("fanout"),
+            pointers.column("family"),
+            pointers.column("marker"),
+            commands.column(EXEC_UNIT),
+            pa.repeat(True, n),
+            pa.repeat(False, n),
+        ],
+        schema=ROW_SCHEMA,
+    )
+
+
+_POINTERS = pa.schema(
+    [
+        ("row", pa.int64()),
+        ("db", pa.int32()),
+        ("family", pa.string()),
+        ("fanout", pa.bool_()),
+        ("marker", pa.bool_()),
+    ]
+)
+
+
+def _pointers(row: Any, db: Any, family: Any, fanout: Any, *, marker: bool) -> pa.Table:
+    """Rows of the replay's input as pointers: the routed row of the command, the db and
+    family of the replay it goes to, and its two flags."""
+    n = len(row)
+    return pa.table(
+        [
+            pc.cast(row, pa.int64()),
+            pc.cast(db, pa.int32()),
+            family,
+            fanout,
+            pa.repeat(marker, n),
+        ],
+        schema=_POINTERS,
+    )
+
+
+def _markers(routed: pa.Table, waits: list[tuple[str, int, str]]) -> pa.Table:
+    """Markers (as :func:`_pointers`) telling a family that a client blocked there sent a
+    command that does not reach it (``pipeline.route.activity_markers``): every command
+    of such a client, for each (db, family) it blocked in that the command does not
+    reach itself."""
+    blocked = pa.table(
+        {
+            "client": pa.array([c for c, _, _ in waits], pa.string()),
+            "m_db": pa.array([d for _, d, _ in waits], pa.int32()),
+            "m_family": pa.array([f for _, _, f in waits], pa.string()),
+        }
+    )
+    keys = routed.select(["client", "db", "scope"]).append_column(
+        "_row", pa.array(range(routed.num_rows), pa.int64())
+    )
+    pairs = keys.join(blocked, "client", join_type="inner", use_threads=False).sort_by(
+        [("_row", "ascending"), ("m_db", "ascending"), ("m_family", "ascending")]
+    )
+    rows = pairs.column("_row").combine_chunks()
+    m_db, m_family = pairs.column("m_db"), pairs.column("m_family").combine_chunks()
+    # whether the command's own families hold the one it blocked in
+    families = routed.column("families").take(rows)
+    parents = pc.list_parent_indices(families)
+    hit = pc.equal(pc.list_flatten(families), m_family.take(parents))
+    holds = [False] * pairs.num_rows
+    for i in pc.unique(pc.filter(parents, pc.fill_null(hit, False))).to_pylist():
+        holds[i] = True
+    scope, same_db = pairs.column("scope"), pc.equal(pairs.column("db"), m_db)
+    reaches = pc.or_(
+        pc.or_(
+            pc.and_(pc.and_(pc.equal(scope, SCOPE_KEYS), same_db), pa.array(holds)),
+            pc.equal(scope, SCOPE_ALL),
+        ),
+        pc.and_(pc.equal(scope, SCOPE_DB), same_db),
+    )
+    pairs = pairs.filter(pc.invert(pc.fill_null(reaches, False)))
+    return _pointers(
+        pairs.column("_row"),
+        pairs.column("m_db"),
+        pairs.column("m_family"),
+        pa.repeat(False, pairs.num_rows),
+        marker=True,
+    )

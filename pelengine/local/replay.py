@@ -1,0 +1,292 @@
+"""The local runner's replay and assemble stages: each family's rows through the
+engine's ``FamilyReplay`` (the one the Spark runner's replay function starts, with the
+same arguments), then the output tables, ``delivery_counts`` merged from the delivery
+segments, and the report's outcome counts, by the rules of ``pipeline.assemble``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pelengine.engine.outcomes import count_outcomes as engine_count_outcomes
+from pelengine.engine.outcomes import starting_state
+from pelengine.engine.udf import _arrow_schema, family_starter, key_runs
+from pelengine.model.commands import LOAD_COMMAND
+from pelengine.model.delivery import (
+    INCARNATION_COLUMNS,
+    INCARNATION_IDENTITY,
+    SEGMENT_COLUMNS,
+    SEGMENT_IDENTITY,
+    merge_delivery_segments,
+)
+from pelengine.model.routing import SCOPE_ALL, SCOPE_DB, SCOPE_NONE
+from pelengine.schemas import OUTPUT_TABLES, REPLAY_TABLE_SCHEMAS, TABLE_COLUMNS, table_schema
+from pelengine.settings import Settings
+
+#: the most rows of one family the replay is fed at a time
+REPLAY_BATCH_ROWS = 65_536
+#: a progress line at most this often (seconds) while families replay
+PROGRESS_EVERY_S = 10.0
+
+
+def replay_families(
+    rows: pa.Table,
+    settings: Settings,
+    as_of_ms: int,
+    as_of_seq: int,
+    engine: str,
+    progress: Callable[[str], None],
+) -> dict[str, list[pa.RecordBatch]]:
+    """Replay each family of ``rows`` (sorted by db, family, seq) and return every table
+    the replay emits, as its batches (``REPLAY_TABLE_SCHEMAS``)."""
+    start = family_starter(settings, as_of_ms, as_of_seq, None, None, engine)
+    out: dict[str, list[pa.RecordBatch]] = {}
+
+    def keep(parts: Iterable[tuple[str, pa.RecordBatch]]) -> None:
+        for table, batch in parts:
+            if batch.num_rows:
+                out.setdefault(table, []).append(batch)
+
+    key: tuple[Any, ...] | None = None
+    replay: Any = None
+    done, rows_done, last_line = 0, 0, time.monotonic()
+    for batch in rows.to_batches(max_chunksize=REPLAY_BATCH_ROWS):
+        for run_key, part in key_runs(batch, ("db", "family")):
+            if run_key != key:
+                if replay is not None:
+                    keep(replay.finish())
+                    done += 1
+                key, replay = run_key, start(run_key)
+            keep(replay.feed(part))
+            rows_done += part.num_rows
+            if time.monotonic() - last_line >= PROGRESS_EVERY_S:
+                last_line = time.monotonic()
+                progress(f"replayed {rows_done:,} of {rows.num_rows:,} rows ({done:,} families)")
+    if replay is not None:
+        keep(replay.finish())
+    return out
+
+
+def _table(batches: dict[str, list[pa.RecordBatch]], name: str) -> pa.Table:
+    schema = _arrow_schema(REPLAY_TABLE_SCHEMAS[name])
+    return pa.Table.from_batches(batches.get(name, []), schema=schema)
+
+
+def output_tables(batches: dict[str, list[pa.RecordBatch]]) -> dict[str, pa.Table]:
+    """Every output table from the replay's rows (``pipeline.assemble.output_table``, and
+    ``delivery_counts`` merged from the delivery segments), in its schema."""
+    tables: dict[str, pa.Table] = {}
+    for name in OUTPUT_TABLES:
+        schema = _arrow_schema(table_schema(name))
+        if name == "delivery_counts":
+            tables[name] = delivery_counts(batches, schema)
+            continue
+        rows = _table(batches, name)
+        if name == "pel_history":
+            is_current = pc.is_null(rows.column("valid_to_seq"))
+            rows = rows.append_column(pa.field("is_current", pa.bool_()), is_current)
+        tables[name] = rows.select(list(TABLE_COLUMNS[name])).cast(schema)
+    return tables
+
+
+def delivery_counts(batches: dict[str, list[pa.RecordBatch]], schema: pa.Schema) -> pa.Table:
+    """``delivery_counts`` from the delivery segments and the group incarnations the
+    replay emitted: the rules of ``model.delivery.merge_delivery_segments`` (which
+    ``pipeline.assemble.merge_delivery_segments`` follows in SQL). An entry with one
+    segment whose owners are listed sorted and once each (nearly every entry) is its row
+    as it is, in Arrow; the others go through the model's merge."""
+    segments = _table(batches, "delivery_segments").select(list(SEGMENT_COLUMNS))
+    incarnations = _table(batches, "group_incarnations").select(list(INCARNATION_COLUMNS))
+    identity = list(INCARNATION_IDENTITY)
+    if segments.num_rows == 0:
+        return pa.Table.from_pylist([], schema=schema)
+    repeated = incarnations.group_by(identity).aggregate([([], "count_all")])
+    if repeated.num_rows != incarnations.num_rows:  # an incarnation named twice: the model's
+        return _merged(segments.to_pylist(), incarnations.to_pylist(), schema)
+    order = [(c, "ascending") for c in SEGMENT_IDENTITY] + [("segment_n", "ascending")]
+    segments = segments.sort_by(order)
+    alone = pc.and_(
+        pc.invert(_same_as_next(segments, SEGMENT_IDENTITY, -1)),
+        pc.invert(_same_as_next(segments, SEGMENT_IDENTITY, 1)),
+    )
+    alone = pc.and_(alone, _listed_once_in_order(segments.column("owner_names")))
+    rest = segments.filter(pc.invert(alone))
+    merged = _merged(rest.to_pylist(), incarnations.to_pylist(), schema) if rest.num_rows else None
+    single = segments.filter(alone)
+    final = incarnations.rename_columns(
+        ["db", "_final_key", "group", "group_created_seq", "_moved_seq", "_moved_ms"]
+    )
+    # joined on the keys and a row number alone (a join carries no list column), put back
+    # in the rows' order
+    keys = single.select(identity).append_column(
+        "_row", pa.array(range(single.num_rows), pa.int64())
+    )
+    found = keys.join(final, identity, join_type="left outer", use_threads=False)
+    found = found.sort_by("_row")
+    for name in ("_final_key", "_moved_seq", "_moved_ms"):
+        single = single.append_column(name, found.column(name))
+    moved_later = pc.and_(
+        pc.is_valid(single.column("_moved_seq")),
+        pc.or_(
+            pc.is_null(single.column("changed_seq")),
+            pc.fill_null(
+                pc.greater(single.column("_moved_seq"), single.column("changed_seq")), False
+            ),
+        ),
+    )
+    columns = {
+        "db": single.column("db"),
+        "key": pc.coalesce(single.column("_final_key"), single.column("key")),
+        "group": single.column("group"),
+        "id": single.column("id"),
+        "id_ms": single.column("id_ms"),
+        "id_seq": single.column("id_seq"),
+        "delivery_count": single.column("delivery_count"),
+        "deliveries": single.column("deliveries"),
+        "owners": pc.list_value_length(single.column("owner_names")),
+        "first_delivery_ms": single.column("first_delivery_ms"),
+        "last_delivery_ms": single.column("last_delivery_ms"),
+        "status": single.column("status"),
+        "closed_ms": single.column("closed_ms"),
+        "owner_names": single.column("owner_names"),
+        "group_created_seq": single.column("group_created_seq"),
+        "changed_seq": pc.if_else(
+            moved_later, single.column("_moved_seq"), single.column("changed_seq")
+        ),
+        "changed_ms": pc.if_else(
+            moved_later, single.column("_moved_ms"), single.column("changed_ms")
+        ),
+    }
+    table = pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
+    return table if merged is None else pa.concat_tables([table, merged])
+
+
+def _merged(
+    segments: list[dict[str, Any]], incarnations: list[dict[str, Any]], schema: pa.Schema
+) -> pa.Table:
+    """The model's merge of ``segments`` (all of an entry's), as a table of ``schema``."""
+    rows = merge_delivery_segments(segments, incarnations)
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _same_as_next(table: pa.Table, names: Iterable[str], step: int) -> pa.Array:
+    """Whether each row's ``names`` equal (nulls equal) those of the row ``step`` after it
+    (1) or before it (-1); false where there is none."""
+    n = table.num_rows
+    same = pa.array([n > 1] * (n - 1), pa.bool_()) if n > 1 else pa.array([], pa.bool_())
+    for name in names:
+        column = table.column(name).combine_chunks()
+        after, before = column.slice(1), column.slice(0, n - 1)
+        equal = pc.fill_null(pc.equal(after, before), False)
+        both_null = pc.and_(pc.is_null(after), pc.is_null(before))
+        same = pc.and_(same, pc.or_(equal, both_null))
+    edge = pa.array([False], pa.bool_())
+    if step > 0:
+        return pa.concat_arrays([same, edge])
+    return pa.concat_arrays([edge, same])
+
+
+def _listed_once_in_order(owners: pa.ChunkedArray) -> pa.Array:
+    """Whether each row's list holds its names sorted and each once (as the merge writes
+    them): each name smaller than the next of the same list."""
+    lists = owners.combine_chunks()
+    names = pc.list_flatten(lists)
+    parents = pc.list_parent_indices(lists)
+    k = len(names)
+    ok = pa.array([True] * len(lists), pa.bool_())
+    if k < 2:
+        return ok
+    same_list = pc.equal(parents.slice(1), parents.slice(0, k - 1))
+    in_order = pc.fill_null(pc.less(names.slice(0, k - 1), names.slice(1)), False)
+    bad = pc.filter(parents.slice(0, k - 1), pc.and_(same_list, pc.invert(in_order)))
+    if len(bad) == 0:
+        return ok
+    mask = [True] * len(lists)
+    for i in pc.unique(bad).to_pylist():
+        mask[i] = False
+    return pa.array(mask, pa.bool_())
+
+
+def count_outcomes(
+    routed: pa.Table, batches: dict[str, list[pa.RecordBatch]], report: dict[str, Any]
+) -> None:
+    """The report's applied / ignored / failed counts, by command and error kind, its
+    notes and its ``starting_state`` (``pipeline.assemble.report_facts``): events that
+    reach no stream by their outcome alone, the replays' counters, and each event
+    replayed by several families counted once (an error anywhere wins, then applied,
+    then ignored)."""
+    scope = routed.column("scope")
+    pre = (
+        routed.filter(pc.equal(scope, SCOPE_NONE))
+        .group_by(["command", "pre_kind", "pre_error"], use_threads=False)
+        .aggregate([([], "count_all")])
+        .to_pylist()
+    )
+    stats = (
+        _table(batches, "stats")
+        .group_by(["stat_command", "stat_kind", "stat_error"], use_threads=False)
+        .aggregate([("stat_count", "sum")])
+        .to_pylist()
+    )
+    rank = {"error": 3, "applied": 2}
+    best: dict[int, tuple[int, tuple[str, str, str | None]]] = {}
+
+    def offer(seq: int, outcome: tuple[str, str, str | None]) -> None:
+        r = rank.get(outcome[1], 1)
+        held = best.get(seq)
+        if held is None or r > held[0]:
+            best[seq] = (r, outcome)
+
+    for row in _table(batches, "outcome").to_pylist():
+        offer(row["seq"], (row["stat_command"], row["stat_kind"], row["stat_error"]))
+    alone = routed.filter(pc.is_in(scope, pa.array([SCOPE_DB, SCOPE_ALL])))
+    for row in alone.select(["seq", "command", "pre_kind", "pre_error"]).to_pylist():
+        offer(row["seq"], (row["command"], row["pre_kind"], row["pre_error"]))
+    outcomes: dict[tuple[str, str, str | None], int] = {}
+    for _, outcome in best.values():
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    loads = (
+        routed.filter(pc.equal(routed.column("command"), LOAD_COMMAND))
+        .group_by(["source"], use_threads=False)
+        .aggregate([([], "count_all"), ("seq", "min"), ("seq", "max"), ("ts_ms", "min")])
+        .to_pylist()
+    )
+    engine_count_outcomes(
+        [
+            {
+                "command": r["command"],
+                "kind": r["pre_kind"],
+                "error": r["pre_error"],
+                "n": r["count_all"],
+            }
+            for r in pre
+        ],
+        [
+            {
+                "command": r["stat_command"],
+                "kind": r["stat_kind"],
+                "error": r["stat_error"],
+                "n": r["stat_count_sum"],
+            }
+            for r in stats
+        ],
+        [{"command": c, "kind": k, "error": e, "n": n} for (c, k, e), n in outcomes.items()],
+        report,
+    )
+    report["starting_state"] = starting_state(
+        [
+            {
+                "source": r["source"],
+                "n": r["count_all"],
+                "first_seq": r["seq_min"],
+                "last_seq": r["seq_max"],
+                "snapshot_ms": r["ts_ms_min"],
+            }
+            for r in loads
+        ]
+    )
