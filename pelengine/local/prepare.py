@@ -98,103 +98,68 @@ def cut_as_of(
     return valid, stop
 
 
-def mark_units(
-    seq: list[int], ts_ms: list[int], names: list[str], client: list[str | None], *, times: bool
-) -> tuple[list[int | None], list[int]]:
-    """Each row's execution unit (None: none) and, with ``times`` (7.2+), its time: the
-    time of its unit's first row (``pipeline.units.mark_units``, the rules of the model's
-    ``Replayer._place``): what one client sends between MULTI and EXEC/DISCARD, named by
-    the MULTI's seq; a script call row (named by its seq, or by the transaction's) and
-    the ``lua`` rows that follow it. Rows in ``seq`` order."""
-    n = len(seq)
-    is_lua = [c == LUA_CLIENT for c in client]
-    units: list[int | None] = [None] * n
-    has_multi, has_lua = "MULTI" in names, any(is_lua)
-    if not (has_multi or has_lua):
-        return units, ts_ms
-    multi: list[int | None] = [None] * n
-    if has_multi:
-        opened: dict[str, int] = {}
-        closed: dict[str, int] = {}
-        for i in range(n):
-            c = client[i] or ""
-            name = names[i]
-            if name == "MULTI":
-                opened[c] = seq[i]
-            elif name in ("EXEC", "DISCARD"):
-                closed[c] = seq[i]
-            if name != "MULTI" and c in opened and opened[c] > closed.get(c, -1):
-                multi[i] = opened[c]
-    anchor: int | None = None
-    for i in range(n):
-        script = None
-        if names[i] in SCRIPT_CALLS and not is_lua[i]:
-            script = multi[i] if multi[i] is not None else seq[i]
-        unit = script if script is not None else multi[i]
-        if not is_lua[i]:
-            anchor = script  # a lua row belongs to the script of the row before it
-        elif anchor is not None:
-            unit = anchor
-        units[i] = unit
-    if not times:
-        return units, ts_ms
-    first: dict[int, int] = {}
-    timed = list(ts_ms)
-    for i, unit in enumerate(units):
-        if unit is not None:
-            timed[i] = first.setdefault(unit, ts_ms[i])
-    return units, timed
-
-
 def unit_columns(
     valid: pa.Table, names: pa.Array, *, times: bool
 ) -> tuple[pa.Array, pa.ChunkedArray | pa.Array]:
-    """``exec_unit`` and ``ts_ms`` of ``valid`` (rows in ``seq`` order), by
-    :func:`mark_units`' rules: only the rows a unit can hold go through it (those of the
-    clients that send MULTI, script calls and ``lua`` rows, with the rows that end a
-    script's run of ``lua`` rows), in ``seq`` order; a log without MULTI or ``lua`` rows
-    has no unit."""
+    """``exec_unit`` and ``ts_ms`` of ``valid`` (rows in ``seq`` order), by the rules of
+    ``pipeline.units.mark_units`` (the model's ``Replayer._place``), in numpy: each
+    client's last MULTI and last EXEC/DISCARD up to each of its rows (a running maximum
+    over the rows sorted by client, then seq), the script call rows, the ``lua`` rows'
+    script (that of the last row before them that is not ``lua``) and, with ``times``,
+    each unit's first time. A log without MULTI or ``lua`` rows has no unit."""
     import numpy as np
 
     n = valid.num_rows
     client = valid.column("client")
-    multis = pc.fill_null(pc.equal(names, "MULTI"), False)
-    lua = pc.fill_null(pc.equal(client, LUA_CLIENT), False)
-    if not (pc.any(multis).as_py() or pc.any(lua).as_py()):
+    multis = pc.fill_null(pc.equal(names, "MULTI"), False).to_numpy(zero_copy_only=False)
+    lua = pc.fill_null(pc.equal(client, LUA_CLIENT), False).to_numpy(zero_copy_only=False)
+    if not (multis.any() or lua.any()):
         return pa.nulls(n, pa.int64()), valid.column("ts_ms")
-    keyed = pc.fill_null(client, "")
-    transacting = pc.unique(pc.filter(keyed, multis))
-    scripts = pc.fill_null(pc.is_in(names, pa.array(sorted(SCRIPT_CALLS))), False)
-    # a lua row's unit is the script of the row before it (not lua): those rows too
-    before_lua = np.zeros(n, dtype=bool)
-    lua_at = np.flatnonzero(lua.to_numpy(zero_copy_only=False))
-    before_lua[lua_at[lua_at > 0] - 1] = True
-    wanted = pc.or_(
-        pc.or_(pc.is_in(keyed, transacting), pc.or_(scripts, lua)), pa.array(before_lua)
-    )
-    at = pc.indices_nonzero(wanted)
-    part = valid.take(at)
-    units, ts = mark_units(
-        part.column("seq").to_pylist(),
-        part.column("ts_ms").to_pylist(),
-        names.take(at).to_pylist(),
-        part.column("client").to_pylist(),
-        times=times,
-    )
-    rows = at.to_numpy()
-    marked = pa.array(units, pa.int64())
-    some = marked.is_valid().to_numpy(zero_copy_only=False)
-    unit_values = np.zeros(n, dtype=np.int64)
-    has_unit = np.zeros(n, dtype=bool)
-    unit_values[rows[some]] = marked.filter(pa.array(some)).to_numpy()
-    has_unit[rows[some]] = True
-    exec_unit = pa.array(unit_values, mask=~has_unit)
-    if not times:
+    seq = valid.column("seq").to_numpy()
+    positions = np.arange(n)
+    multi = np.full(n, -1, dtype=np.int64)  # the row of the MULTI a row runs inside, or -1
+    if multis.any():
+        closes = pc.fill_null(pc.is_in(names, pa.array(["EXEC", "DISCARD"])), False)
+        closes = closes.to_numpy(zero_copy_only=False)
+        keyed = pc.fill_null(client, "")
+        order = pc.sort_indices(
+            pa.table({"c": keyed, "i": positions}),
+            sort_keys=[("c", "ascending"), ("i", "ascending")],
+        ).to_numpy()
+        sorted_client = keyed.take(pa.array(order))
+        new_client = np.ones(n, dtype=bool)
+        if n > 1:
+            same = pc.equal(sorted_client.slice(1), sorted_client.slice(0, n - 1))
+            new_client[1:] = ~pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+        first_of_client = np.maximum.accumulate(np.where(new_client, positions, 0))
+        opened = np.maximum.accumulate(np.where(multis[order], positions, -1))
+        closed = np.maximum.accumulate(np.where(closes[order], positions, -1))
+        opened = np.where(opened >= first_of_client, opened, -1)
+        closed = np.where(closed >= first_of_client, closed, -1)
+        inside = (~multis[order]) & (opened >= 0) & (opened > closed)
+        multi[order[inside]] = order[opened[inside]]
+    script_call = pc.fill_null(pc.is_in(names, pa.array(sorted(SCRIPT_CALLS))), False)
+    script_call = script_call.to_numpy(zero_copy_only=False) & ~lua
+    has_multi = multi >= 0
+    multi_seq = np.where(has_multi, seq[np.maximum(multi, 0)], 0)
+    script = np.where(has_multi, multi_seq, seq)  # a script's unit, where script_call
+    unit = np.where(script_call, script, multi_seq)
+    has_unit = script_call | has_multi
+    if lua.any():
+        last_other = np.maximum.accumulate(np.where(~lua, positions, -1))
+        anchored = lua & (last_other >= 0)
+        anchor = np.maximum(last_other, 0)
+        anchored &= script_call[anchor]
+        unit = np.where(anchored, script[anchor], unit)
+        has_unit = has_unit | anchored
+    exec_unit = pa.array(unit, mask=~has_unit)
+    if not times or not has_unit.any():
         return exec_unit, valid.column("ts_ms")
-    timed = valid.column("ts_ms").to_numpy()
-    timed = timed.copy()
-    timed[rows] = np.array(ts, dtype=np.int64)
-    return exec_unit, pa.array(timed)
+    ts = valid.column("ts_ms").to_numpy().copy()
+    rows = np.flatnonzero(has_unit)
+    _, first, inverse = np.unique(unit[rows], return_index=True, return_inverse=True)
+    ts[rows] = ts[rows[first]][inverse]
+    return exec_unit, pa.array(ts)
 
 
 def family_links(valid: pa.Table, names: pa.Array) -> dict[tuple[int, str], str]:

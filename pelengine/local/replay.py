@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from pelengine.engine.outcomes import count_outcomes as engine_count_outcomes
 from pelengine.engine.outcomes import starting_state
-from pelengine.engine.udf import _arrow_schema, family_starter, key_runs
+from pelengine.engine.udf import _arrow_schema, family_starter
 from pelengine.model.commands import LOAD_COMMAND
 from pelengine.model.delivery import (
     INCARNATION_COLUMNS,
@@ -30,6 +30,8 @@ from pelengine.settings import Settings
 
 #: the most rows of one family the replay is fed at a time
 REPLAY_BATCH_ROWS = 65_536
+#: how many threads replay families at once (the native engine)
+REPLAY_WORKERS = 2
 #: a progress line at most this often (seconds) while families replay
 PROGRESS_EVERY_S = 10.0
 
@@ -41,35 +43,85 @@ def replay_families(
     as_of_seq: int,
     engine: str,
     progress: Callable[[str], None],
+    workers: int = REPLAY_WORKERS,
 ) -> dict[str, list[pa.RecordBatch]]:
     """Replay each family of ``rows`` (sorted by db, family, seq) and return every table
-    the replay emits, as its batches (``REPLAY_TABLE_SCHEMAS``)."""
+    the replay emits, as its batches (``REPLAY_TABLE_SCHEMAS``). The families are dealt
+    to ``workers`` threads by their size, the largest first to the least loaded (the
+    native engine replays without the interpreter's lock; the Python engine holds it, so
+    it replays in one)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     start = family_starter(settings, as_of_ms, as_of_seq, None, None, engine)
-    out: dict[str, list[pa.RecordBatch]] = {}
+    spans = family_spans(rows)
+    lanes = deal(spans, workers if engine == "native" else 1)
+    lock = threading.Lock()
+    seen = {"rows": 0, "families": 0, "line": time.monotonic()}
 
-    def keep(parts: Iterable[tuple[str, pa.RecordBatch]]) -> None:
-        for table, batch in parts:
-            if batch.num_rows:
-                out.setdefault(table, []).append(batch)
+    def replay(lane: list[tuple[tuple[Any, ...], int, int]]) -> dict[str, list[pa.RecordBatch]]:
+        out: dict[str, list[pa.RecordBatch]] = {}
 
-    key: tuple[Any, ...] | None = None
-    replay: Any = None
-    done, rows_done, last_line = 0, 0, time.monotonic()
-    for batch in rows.to_batches(max_chunksize=REPLAY_BATCH_ROWS):
-        for run_key, part in key_runs(batch, ("db", "family")):
-            if run_key != key:
-                if replay is not None:
-                    keep(replay.finish())
-                    done += 1
-                key, replay = run_key, start(run_key)
-            keep(replay.feed(part))
-            rows_done += part.num_rows
-            if time.monotonic() - last_line >= PROGRESS_EVERY_S:
-                last_line = time.monotonic()
-                progress(f"replayed {rows_done:,} of {rows.num_rows:,} rows ({done:,} families)")
-    if replay is not None:
-        keep(replay.finish())
-    return out
+        def keep(parts: Iterable[tuple[str, pa.RecordBatch]]) -> None:
+            for table, batch in parts:
+                if batch.num_rows:
+                    out.setdefault(table, []).append(batch)
+
+        for key, begin, length in lane:
+            family = start(key)
+            for batch in rows.slice(begin, length).to_batches(max_chunksize=REPLAY_BATCH_ROWS):
+                keep(family.feed(batch))
+                with lock:
+                    seen["rows"] += batch.num_rows
+                    if time.monotonic() - seen["line"] >= PROGRESS_EVERY_S:
+                        seen["line"] = time.monotonic()
+                        progress(
+                            f"replayed {seen['rows']:,} of {rows.num_rows:,} rows "
+                            f"({seen['families']:,} of {len(spans):,} families)"
+                        )
+            keep(family.finish())
+            with lock:
+                seen["families"] += 1
+        return out
+
+    merged: dict[str, list[pa.RecordBatch]] = {}
+    with ThreadPoolExecutor(max_workers=len(lanes) or 1, thread_name_prefix="replay") as pool:
+        for part in pool.map(replay, lanes):
+            for table, batches in part.items():
+                merged.setdefault(table, []).extend(batches)
+    return merged
+
+
+def family_spans(rows: pa.Table) -> list[tuple[tuple[Any, ...], int, int]]:
+    """Each family of ``rows`` (sorted by db, family) as (its key, first row, rows)."""
+    n = rows.num_rows
+    if n == 0:
+        return []
+    import numpy as np
+
+    key_names = ("db", "family")
+    same = _same_as_next(rows, key_names, -1).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(~same)
+    ends = [*starts[1:].tolist(), n]
+    keys = rows.select(list(key_names)).take(pa.array(starts)).to_pylist()
+    return [
+        ((k["db"], k["family"]), int(b), int(e) - int(b))
+        for k, b, e in zip(keys, starts.tolist(), ends, strict=True)
+    ]
+
+
+def deal(
+    spans: list[tuple[tuple[Any, ...], int, int]], workers: int
+) -> list[list[tuple[tuple[Any, ...], int, int]]]:
+    """``spans`` dealt to at most ``workers`` lanes: the largest first, each to the lane
+    holding the fewest rows so far (one lane per family at most)."""
+    lanes: list[list[tuple[tuple[Any, ...], int, int]]] = [[] for _ in range(max(1, workers))]
+    loads = [0] * len(lanes)
+    for span in sorted(spans, key=lambda s: -s[2]):
+        i = loads.index(min(loads))
+        lanes[i].append(span)
+        loads[i] += span[2]
+    return [lane for lane in lanes if lane]
 
 
 def _table(batches: dict[str, list[pa.RecordBatch]], name: str) -> pa.Table:

@@ -206,3 +206,41 @@ def test_a_local_run_writes_the_tables_the_report_and_the_run_record(
     assert newest["tables"] == report["tables"]
     again = run_local(str(path), str(out), local)
     assert again["tables"] == report["tables"], "a re-run with the same txn version wrote"
+
+
+@pytest.mark.parametrize("times", [True, False], ids=["unit-time", "live-clock"])
+def test_execution_units_equal_the_spark_stage(spark: Any, times: bool) -> None:
+    """Units (and on 7.2+ their times) of a log that interleaves transactions, scripts and
+    their ``lua`` rows of several clients at random, with unmatched EXEC/DISCARD, a
+    MULTI inside a MULTI, ``lua`` rows first and clients without a name."""
+    from pelengine.local.prepare import unit_columns
+    from pelengine.local.validate import command_names
+    from pelengine.pipeline.units import mark_units
+
+    rng = random.Random(5)
+    names = ["MULTI", "EXEC", "DISCARD", "EVAL", "FCALL", "XADD", "PING", "XACK"]
+    rows, ts = [], 1_000
+    for seq in range(1, 801):
+        ts += rng.choice([0, 0, 1, 7])
+        client = rng.choice([None, "a", "b", "c", "lua", "lua"])
+        rows.append(
+            {
+                "seq": seq,
+                "ts_ms": ts,
+                "argv": [rng.choice(names), "k"],
+                "db": 0,
+                "client": client,
+                "source": "t",
+            }
+        )
+    events = pa.Table.from_pylist(rows, schema=EVENTS_ARROW_SCHEMA)
+    want = (
+        mark_units(spark.createDataFrame(events), times=times, present=(True, True))
+        .select("seq", "exec_unit", "ts_ms")
+        .toArrow()
+        .sort_by("seq")
+    )
+    unit, timed = unit_columns(events, command_names(events.column("argv")), times=times)
+    assert unit.to_pylist() == want.column("exec_unit").to_pylist()
+    assert pa.chunked_array([timed]).to_pylist() == want.column("ts_ms").to_pylist()
+    assert sum(u is not None for u in unit.to_pylist()) > 100
