@@ -91,9 +91,12 @@ def conform_table(events: pa.Table, schema: Any = None) -> Conformed:
     )
     reason = _reasons(conformed, reasons)
     tagged = conformed.append_column("reason", reason)
-    is_valid = pc.is_null(reason)
-    valid = tagged.filter(is_valid).select(list(EVENT_TYPES))
-    rejected = tagged.filter(pc.invert(is_valid))
+    if reason.null_count == n:  # every row a command: nothing to filter (or copy)
+        valid, rejected = tagged.select(list(EVENT_TYPES)), tagged.slice(0, 0)
+    else:
+        is_valid = pc.is_null(reason)
+        valid = tagged.filter(is_valid).select(list(EVENT_TYPES))
+        rejected = tagged.filter(pc.invert(is_valid))
     return Conformed(valid, rejected, _facts(valid), _by_reason(rejected))
 
 
