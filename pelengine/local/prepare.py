@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pelengine.engine.udf import _arrow_schema
 from pelengine.local.validate import spark_integral
 from pelengine.model.routing import (
     SCOPE_ALL,
@@ -31,26 +32,13 @@ from pelengine.model.routing import (
     tie_families,
 )
 from pelengine.model.units import LUA_CLIENT, SCRIPT_CALLS
+from pelengine.schemas import REPLAY_INPUT_SCHEMA
 
 EXEC_UNIT = "exec_unit"
 
 #: the columns of the rows each family's replay reads (``schemas.REPLAY_INPUT_SCHEMA``
 #: without the split-by-group unit: the local runner replays a family as one unit)
-ROW_SCHEMA = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("ts_ms", pa.int64()),
-        ("argv", pa.list_(pa.string())),
-        ("db", pa.int32()),
-        ("client", pa.string()),
-        ("fanout", pa.bool_()),
-        ("family", pa.string()),
-        ("marker", pa.bool_()),
-        (EXEC_UNIT, pa.int64()),
-        ("lead", pa.bool_()),
-        ("silent", pa.bool_()),
-    ]
-)
+ROW_SCHEMA = pa.schema([f for f in _arrow_schema(REPLAY_INPUT_SCHEMA) if f.name != "unit"])
 #: the columns of a command its family rows repeat
 _CARRIED = ("seq", "ts_ms", "argv", "db", "client", EXEC_UNIT)
 
