@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pelengine.engine.udf import _arrow_schema
-from pelengine.local.validate import spark_integral
 from pelengine.model.routing import (
     SCOPE_ALL,
     SCOPE_DB,
     SCOPE_KEYS,
+    db_index,
     linked_keys,
     tie_families,
 )
@@ -68,7 +68,7 @@ def resolve_db(valid: pa.Table, names: pa.Array, initial_db: int, needs: bool) -
     argvs = valid.column("argv").take(pa.array(at, pa.int64())).to_pylist()
     selected: list[int | None] = [None] * valid.num_rows
     for i, argv in zip(at, argvs, strict=True):
-        selected[i] = spark_integral(argv[1], 32) if len(argv) > 1 else None
+        selected[i] = db_index(argv[1]) if len(argv) > 1 else None
     filled = pc.fill_null_forward(pa.array(selected, pa.int32()))
     return pc.coalesce(db, filled, pa.scalar(initial_db, pa.int32())).combine_chunks()
 

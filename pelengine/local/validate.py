@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pelengine.model.routing import db_index
 from pelengine.model.units import LUA_CLIENT
 
 #: between a reason and the value it quotes (``pipeline.conform.REASON_VALUE``)
@@ -150,11 +151,16 @@ def _exact(value: Any, bits: int) -> int | None:
     return whole if -limit <= whole < limit else None
 
 
+#: what Spark trims around text it casts to a number: ASCII control characters, the
+#: space and DEL (0x7F)
+_TRIMMED = "".join(chr(c) for c in range(0x21)) + "\x7f"
+
+
 def spark_integral(text: str, bits: int) -> int | None:
     """``text`` as Spark's ``try_cast`` of a string to an integral type gives it: blanks
-    and control characters trimmed at both ends, an optional sign, digits; a fraction, an
+    and control characters (DEL too) trimmed at both ends, an optional sign, digits; a fraction, an
     exponent or anything else is not one; out of range is not one."""
-    s = text.strip("".join(chr(c) for c in range(0x21)))
+    s = text.strip(_TRIMMED)
     body = s[1:] if s[:1] in ("+", "-") else s
     if not body or not body.isascii() or not body.isdigit():
         return None
@@ -365,10 +371,10 @@ def _facts(valid: pa.Table) -> dict[str, Any]:
     )
     if facts["selects_without_db"]:
         chosen = valid.filter(selects).select(["seq", "argv"]).to_pylist()
-        with_arg = [r for r in chosen if len(r["argv"]) > 1]
-        if with_arg:
-            last = max(with_arg, key=lambda r: r["seq"])
-            facts["select_db"] = spark_integral(last["argv"][1], 32)
+        dbs = [(r["seq"], db_index(r["argv"][1])) for r in chosen if len(r["argv"]) > 1]
+        selected = [(seq, db) for seq, db in dbs if db is not None]
+        if selected:
+            facts["select_db"] = max(selected)[1]
     return facts
 
 

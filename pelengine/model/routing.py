@@ -8,6 +8,7 @@ other. ``FLUSHDB``/``FLUSHALL`` reach every family of their db (or of all dbs).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from pelengine.model.commands import LOAD_COMMAND
@@ -17,6 +18,23 @@ SCOPE_KEYS = "keys"
 SCOPE_DB = "db"
 SCOPE_ALL = "all"
 SCOPE_NONE = "none"
+
+#: a db index as ``SELECT`` reads it (the server's ``string2ll``: digits, no sign, no
+#: blank, no leading zero) that fits an int (the events table's ``db``); a SELECT whose
+#: argument is anything else is refused by the server and selects nothing (Java's regex
+#: dialect for the Spark stage, where ``\z`` is the end of the text)
+DB_INDEX_PATTERN = r"^(0|[1-9][0-9]{0,9})\z"
+_DB_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+def db_index(text: str) -> int | None:
+    """The db ``SELECT text`` selects (:data:`DB_INDEX_PATTERN`), None when it selects
+    none."""
+    if _DB_INDEX.fullmatch(text) is None:
+        return None
+    index = int(text)
+    return index if index < 1 << 31 else None
+
 
 _SINGLE_KEY = frozenset({"XADD", "XTRIM", "XDEL", "XCLAIM", "XAUTOCLAIM", "XACK", "XSETID"})
 

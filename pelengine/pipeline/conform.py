@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 )
 from pyspark.sql.window import Window
 
+from pelengine.model.routing import DB_INDEX_PATTERN
 from pelengine.pipeline.units import is_lua_row, opens_multi
 from pelengine.schemas import (
     EVENTS_SCHEMA,
@@ -318,6 +319,12 @@ def split_rejected(events: DataFrame) -> tuple[DataFrame, DataFrame]:
     return split_tagged(retag_shared(tagged) or tagged)
 
 
+def _db_index(argument: Column) -> Column:
+    """The db a SELECT's argument selects, null when the server would refuse it
+    (:func:`pelengine.model.routing.db_index`)."""
+    return F.when(argument.rlike(DB_INDEX_PATTERN), argument.try_cast("int"))
+
+
 def select_without_db() -> Column:
     """True on a SELECT row without ``db``: where one is, rows take their db from the
     SELECTs before them (a window over the whole log in seq order)."""
@@ -340,7 +347,7 @@ def resolve_db(
         needs = selects_without_db(valid)
     if not needs:
         return valid.withColumn("db", F.coalesce(F.col("db"), F.lit(initial_db)))
-    selected = F.when(is_select & F.col("db").isNull(), F.get(F.col("argv"), 1).cast("int"))
+    selected = F.when(is_select & F.col("db").isNull(), _db_index(F.get(F.col("argv"), 1)))
     window = Window.orderBy("seq").rowsBetween(Window.unboundedPreceding, Window.currentRow)
     return (
         valid.withColumn("_sel", F.last(selected, ignorenulls=True).over(window))
@@ -350,12 +357,12 @@ def resolve_db(
 
 
 def last_select() -> Column:
-    """An aggregate: the db argument (an int, null when it is not one) of the last SELECT
-    without ``db`` that has one, by seq; null when there is none."""
-    is_select = select_without_db() & (F.size("argv") > 1)
-    return F.max_by(
-        F.when(is_select, F.get(F.col("argv"), 1).cast("int")), F.when(is_select, F.col("seq"))
+    """An aggregate: the db of the last SELECT without ``db`` that selects one (a refused
+    SELECT leaves the db as it was), by seq; null when there is none."""
+    selected = F.when(
+        select_without_db() & (F.size("argv") > 1), _db_index(F.get(F.col("argv"), 1))
     )
+    return F.max_by(selected, F.when(selected.isNotNull(), F.col("seq")))
 
 
 def tagged_facts(tagged: DataFrame) -> tuple[dict[str, Any], dict[str, int]]:

@@ -58,7 +58,12 @@ def _splice(rows: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
             row(["XADD", "sel", "*", "f", "1"], db=None),
             row(["XGROUP", "CREATE", "sel", "g", "0"], db=None),
             row(["XREADGROUP", "GROUP", "g", "c", "STREAMS", "sel", ">"], db=None),
-            row(["SELECT", "0"], db=None),
+            # a SELECT the server refuses (not an integer) leaves the db as it was;
+            # Spark's cast trims DEL around a number as it does blanks
+            row(["SELECT", "two"], db=None),
+            row(["XADD", "sel", "*", "f", "3"], db=None),
+            row(["SELECT", "1.5"], db=None),
+            row(["SELECT", "\x7f0\x7f"], db=None),
             row(["XADD", "sel", "*", "f", "2"], db=None),
         ],
     )

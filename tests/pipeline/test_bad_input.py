@@ -200,13 +200,15 @@ def test_cli_refuses_a_string_argv_in_one_sentence(
 
 def test_one_aggregate_gives_the_probes_and_the_rejected_counts(spark: SparkSession) -> None:
     """``tagged_facts``: the valid rows' count, bounds and flags, the db argument of the last
-    SELECT without db (by seq, not by row order), and the rejected rows by reason."""
+    SELECT without db that selects one (by seq, not by row order), and the rejected rows by
+    reason."""
     rows = [
         (5, 1005, None, ["SELECT", "3"]),
         (2, 1002, None, ["SELECT", "7"]),
         (3, 1003, 0, ["SELECT", "9"]),  # has its db: not a SELECT that sets one
         (4, 1004, 0, ["MULTI"]),
         (6, 1001, None, ["SELECT"]),  # no argument
+        (7, 1000, None, ["SELECT", " 5"]),  # refused by the server: selects nothing
         (None, 1006, 0, ["XADD", "s", "1-0", "f", "v"]),
         (8, 1008, 0, None),
         (9, 1009, 0, []),
@@ -215,8 +217,8 @@ def test_one_aggregate_gives_the_probes_and_the_rejected_counts(spark: SparkSess
     tagged = tag_rejected(conform_events(df), shared=False)
     facts, by_reason = tagged_facts(tagged)
     assert facts == {
-        "rows": 5,
-        "max_seq": 6,
+        "rows": 6,
+        "max_seq": 7,
         "max_ts": 1005,
         "selects_without_db": True,
         "multi": True,
