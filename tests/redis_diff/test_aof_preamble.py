@@ -47,6 +47,7 @@ from tests.redis_diff.server import (
 )
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import AmbiguousTimingError, run_workload
+from tests.runners import assert_local_runner_agrees
 
 pytestmark = pytest.mark.redis
 
@@ -309,7 +310,9 @@ def test_preamble_aof_through_ingest_and_job(
     df = read_table(spark, events)
     rows = [r.asDict() for r in df.orderBy("seq").collect()]
     n_load = check_load_rows(rows)
-    result = reconstruct(spark, df, Settings(profile=case.server.profile))
+    settings = Settings(profile=case.server.profile)
+    result = reconstruct(spark, df, settings)
+    assert_local_runner_agrees(result, df, settings)
     [start] = result.report["starting_state"]
     assert start["source"] == "aof" and start["rows"] == n_load
     assert (start["first_seq"], start["last_seq"]) == (1, n_load)

@@ -25,6 +25,7 @@ from tests.redis_diff.compare import compare_tables, format_mismatches
 from tests.redis_diff.monitor_capture import MONITOR_TOLERANCE_MS, MonitorCapture
 from tests.redis_diff.server import RedisServer, ServerKind, on_job_kinds, stop_server
 from tests.redis_diff.truth import TABLES, read_truth
+from tests.runners import assert_local_runner_agrees
 
 pytestmark = [pytest.mark.redis, pytest.mark.spark]
 
@@ -122,7 +123,10 @@ def _job_tables(spark: Any, events: str, profile: str) -> dict[str, list[dict[st
     from pelengine.settings import Settings
     from pelengine.storage import read_table
 
-    result = reconstruct(spark, read_table(spark, events), Settings(profile=profile))
+    settings = Settings(profile=profile)
+    df = read_table(spark, events)
+    result = reconstruct(spark, df, settings)
+    assert_local_runner_agrees(result, df, settings)
     got = {}
     for name in TABLES:
         table = result.tables[name]

@@ -35,6 +35,7 @@ from tests.redis_diff.server import (
 )
 from tests.redis_diff.truth import TABLES
 from tests.redis_diff.workload import run_workload
+from tests.runners import assert_local_runner_agrees
 
 pytestmark = pytest.mark.redis
 
@@ -146,7 +147,10 @@ def test_aof_through_ingest_and_job_matches_loading_server(
     finally:
         stop_server(server)
     assert report["appended"] > 0 and not report["notes"]
-    result = reconstruct(spark, read_table(spark, events), Settings(profile=server.profile))
+    settings = Settings(profile=server.profile)
+    df = read_table(spark, events)
+    result = reconstruct(spark, df, settings)
+    assert_local_runner_agrees(result, df, settings)
     got = collect_tables(result)
     problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
     print(

@@ -25,6 +25,7 @@ from tests.redis_diff.monitor_capture import (
 from tests.redis_diff.server import RedisServer, ServerKind, on_job_kinds, stop_server
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import run_workload
+from tests.runners import assert_local_runner_agrees
 
 pytestmark = [pytest.mark.redis, pytest.mark.spark]
 
@@ -70,7 +71,9 @@ def test_capture_through_cli_and_job_matches_redis(
     assert run(argv, spark=spark) == 0
     df = read_table(spark, events)
     assert df.count() == len(aligned.records)
-    result = reconstruct(spark, df, Settings(profile=server.profile))
+    settings = Settings(profile=server.profile)
+    result = reconstruct(spark, df, settings)
+    assert_local_runner_agrees(result, df, settings)
     got = {name: [r.asDict() for r in t.collect()] for name, t in result.tables.items()}
     got = {name: [r for r in rows if r.get("db") in dbs] for name, rows in got.items()}
 

@@ -49,6 +49,7 @@ from tests.redis_diff.monitor_capture import (
 from tests.redis_diff.server import ServerKind, stop_server
 from tests.redis_diff.truth import TABLES, read_truth
 from tests.redis_diff.workload import AmbiguousTimingError, run_workload
+from tests.runners import assert_local_runner_agrees
 
 pytestmark = [pytest.mark.redis, pytest.mark.spark]
 
@@ -141,7 +142,9 @@ def test_rdb_then_monitor_through_cli_and_job(
     print(verdict.summary())
     assert verdict.ok, verdict.report()
 
-    result = reconstruct(spark, df, Settings(profile=profile))
+    settings = Settings(profile=profile)
+    result = reconstruct(spark, df, settings)
+    assert_local_runner_agrees(result, df, settings)
     [start] = result.report["starting_state"]
     assert start["source"] == "rdb" and start["rows"] == n_load
     assert (start["first_seq"], start["last_seq"]) == (1, n_load)

@@ -24,6 +24,7 @@ from tests.redis_diff.scenario import (
     run_scenario,
 )
 from tests.redis_diff.server import RedisServer, on_job_kinds
+from tests.runners import assert_local_runner_agrees
 
 pytestmark = pytest.mark.redis
 
@@ -1085,7 +1086,10 @@ def test_scenarios_through_the_job(redis_server: RedisServer, spark, tmp_path) -
         for table, trows in run.truth.items():
             truth[table] += [{**t, "db": 100 * i + t["db"]} for t in trows]
     events = spark.createDataFrame(rows, events_schema())
-    got = collect_tables(reconstruct(spark, events, Settings(profile=redis_server.profile)))
+    settings = Settings(profile=redis_server.profile)
+    result = reconstruct(spark, events, settings)
+    got = collect_tables(result)
+    assert_local_runner_agrees(result, events, settings)
     problems = compare_tables(truth, got, TABLES) + pending_delivery_counts(truth, got)
     change_problems = check_job_changes(records, got.get("ownership_changes", []))
     print(
