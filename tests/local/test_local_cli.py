@@ -6,6 +6,9 @@ runner does not make is refused before any work, in one sentence."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +88,75 @@ def test_an_unknown_runner_is_a_usage_error(
     assert run([*argv, "--runner", "dask"]) == 2
     err = capsys.readouterr().err
     assert "--runner" in err and "spark, local" in err
+
+
+def _killed_at(argv: list[str], env: dict[str, str], marker: str) -> tuple[int, list[str]]:
+    """Run ``argv``; SIGKILL it as soon as a progress line contains ``marker``."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
+    seen: list[str] = []
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        seen.append(line.rstrip())
+        if line.startswith("pelengine:") and marker in line:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.stderr.close()
+    return proc.wait(timeout=120), seen
+
+
+@pytest.mark.spark
+def test_a_killed_local_run_leaves_the_last_run_readable_and_a_rerun_completes_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A local run killed (SIGKILL) once its first table is committed and before its
+    ``_runs`` row: every table still opens at its latest version, the readers (pinned to
+    the run record) see the previous run alone, and the next run takes over the dead
+    run's lease and leaves tables equal to an uninterrupted run's."""
+    from pelengine import storage
+    from pelengine.runs.local import run_local
+    from tests.frames import assert_same_rows
+
+    rows = _log(47, 20_000).to_pylist()
+    cut = len(rows) * 2 // 3
+    events, out, reference = tmp_path / "events", tmp_path / "out", tmp_path / "reference"
+
+    def write_events(part: list[dict[str, Any]], mode: str) -> None:
+        table = pa.Table.from_pylist(part, schema=EVENTS_ARROW)
+        sessionless.write_arrow(table, str(events), EVENTS_SCHEMA, mode)
+
+    write_events(rows[:cut], "overwrite")
+    first = run_local(str(events), str(out))
+    write_events(rows[cut:], "append")
+    shutil.copytree(out, reference)
+    uninterrupted = run_local(str(events), str(reference))
+    assert uninterrupted["as_of_seq"] > first["as_of_seq"]
+
+    env = _no_jvm_env()
+    env.pop("PELENGINE_STORE")
+    argv = [str(Path(sys.executable).with_name("pelengine")), "reconstruct", "--runner"]
+    argv += ["local", "--events", str(events), "--out", str(out)]
+    code, seen = _killed_at(argv, env, "wrote ")
+    assert code == -signal.SIGKILL, f"the run ended before its first table ({code}): {seen[-5:]}"
+
+    tables = (*OUTPUT_TABLES, "rejected_events")
+    for name in tables:  # delta-rs, not our reader: each table opens at its latest version
+        delta_rs_table(out / name)
+    recorded = storage.run_versions(str(out), spark)
+    assert recorded == first["tables"], "the killed run wrote no _runs row"
+    moved = [t for t in tables if (storage.table_version(spark, str(out / t)) or 0) > recorded[t]]
+    assert moved, "the kill came before any table was committed: it tested nothing"
+    newest = storage.newest_run(spark, out)
+    assert newest is not None and newest["as_of_seq"] == first["as_of_seq"]
+    for name in ("pel", "ownership", "groups", "streams"):
+        df = storage.read_output_table(spark, str(out), name, newest["tables"])
+        seen_as_of = {r[0] for r in df.select("as_of_seq").distinct().collect()}
+        assert seen_as_of <= {first["as_of_seq"]}, f"{name}: readers mix runs: {seen_as_of}"
+    print(f"killed after {moved} were committed; readers see run 1 alone")
+
+    rerun = run_local(str(events), str(out))
+    assert rerun["as_of_seq"] == uninterrupted["as_of_seq"]
+    for name in tables:
+        assert_same_rows(delta_rs_table(out / name), delta_rs_table(reference / name), what=name)
+    assert storage.run_versions(str(out), spark) == rerun["tables"]
