@@ -156,6 +156,9 @@ bench-groups: install ## one stream, 16 groups: the job split by group against o
 bench-local: install ## reconstruct --runner local (no JVM) as a user runs it (20k and 1M events; BENCH_ARGS="--series 20k,1M,10M --spark")
 	$(BIN)/python benchmarks/local_runner.py $(BENCH_ARGS)
 
+bench-backlog: install ## one group's PEL of N entries acknowledged oldest first: replay CPU-s per 1k events at each N (flat = linear; BENCH_ARGS="--series 50k,400k")
+	$(BIN)/python benchmarks/backlog.py $(BENCH_ARGS)
+
 bench-udf: install ## the replay UDF alone, in-process: CPU-s per 1M events (300k events; BENCH_ARGS="--events 1M")
 	$(BIN)/python benchmarks/replay_udf.py $(BENCH_ARGS)
 

@@ -254,7 +254,7 @@ impl<'g> GroupLog<'g, '_> {
         to: &str,
         nack: &mut PendingEntry,
     ) {
-        let rec = self.records.entry(entry_id).or_insert_with(|| {
+        let rec = self.records.get_or_insert_with(entry_id, || {
             DeliveryRecord::new(
                 nack.delivery_count,
                 0,
@@ -301,7 +301,7 @@ impl<'g> GroupLog<'g, '_> {
             rec.delivery_count = nack.delivery_count;
             rec.changed(self.call.seq, self.call.now);
             if self.hist.spill {
-                if let Some(mut rec) = self.records.shift_remove(&entry_id) {
+                if let Some(mut rec) = self.records.remove(&entry_id) {
                     bump(self.hist.segment_n);
                     // the record leaves the model: its owners go with the row, uncopied
                     // (a BTreeSet iterates in code point order, as Python's sorted(set))
