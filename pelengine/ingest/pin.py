@@ -27,15 +27,19 @@ it is appended to, e.g. a snapshot's ``PELENGINE.LOAD`` rows), so streams that
 existed before it have their last IDs; a ``NOMKSTREAM`` write or a write in the
 same millisecond as the stream's last entry then gets its true candidates.
 
+The AOF's IDs are counted per key name, and each entry the replay adds uses its ID
+up: a key deleted and recreated within a millisecond (DEL, UNLINK, FLUSHDB, a
+RENAME away) cannot offer its older incarnation's ID to the new one's ``*`` (seen
+live: an XADD right after a DEL pinned to the ID of the entry the DEL removed).
+
 Limits: streams that existed before the capture but are not in ``start`` (a
 capture of a server whose state was never ingested) pin only rows whose
-candidates do not depend on the earlier last ID; keys deleted and recreated
-within the window can, in theory, offer an older incarnation's ID (the AOF set
-is per key name).
+candidates do not depend on the earlier last ID.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,9 +73,12 @@ class PinStats:
         )
 
 
-def aof_xadd_ids(aof_rows: Iterable[dict[str, Any]]) -> dict[tuple[int, str], set[StreamID]]:
-    """The IDs every ``XADD`` of an effects log wrote, per (db, key)."""
-    out: dict[tuple[int, str], set[StreamID]] = {}
+def aof_xadd_ids(
+    aof_rows: Iterable[dict[str, Any]],
+) -> dict[tuple[int, str], Counter[StreamID]]:
+    """The IDs every ``XADD`` of an effects log wrote, per (db, key), each with how many
+    times it was written (a key recreated can be given the same ID again)."""
+    out: dict[tuple[int, str], Counter[StreamID]] = {}
     for row in aof_rows:
         argv = row["argv"]
         if len(argv) < 3 or argv[0].upper() != "XADD":
@@ -83,7 +90,7 @@ def aof_xadd_ids(aof_rows: Iterable[dict[str, Any]]) -> dict[tuple[int, str], se
             entry_id, _ = parse_id(argv[pos], strict=True)
         except ParseError:
             continue
-        out.setdefault((row.get("db") or 0, argv[1]), set()).add(entry_id)
+        out.setdefault((row.get("db") or 0, argv[1]), Counter())[entry_id] += 1
     return out
 
 
@@ -109,11 +116,34 @@ def pin_star_ids(
     ``start``: the events rows before the capture, in ``seq`` order (the state it
     continues)."""
     ids = aof_xadd_ids(aof_rows)
-    stats = PinStats(aof_ids=sum(len(v) for v in ids.values()))
+    stats = PinStats(aof_ids=sum(v.total() for v in ids.values()))
     # only the streams' IDs matter here: closed delivery records are spilled and dropped
     replayer = Replayer(profile, record_changes=False, spill_closed_records=True)
+
+    def last_of(db: int, key: str) -> tuple[Any, StreamID | None]:
+        """The value at ``key`` and, for a stream, its last ID (read before a row)."""
+        value = replayer.lookup_any(db, key)
+        return value, (value.last_id if isinstance(value, Stream) else None)
+
+    def use_up(db: int, key: str, before: tuple[Any, StreamID | None]) -> None:
+        """The ID of the entry an XADD row just added is no longer the AOF's to offer."""
+        after = replayer.lookup_any(db, key)
+        if not isinstance(after, Stream):
+            return
+        if after is before[0] and after.last_id == before[1]:
+            return  # nothing added (an error, a NOMKSTREAM on no stream)
+        left = ids.get((db, key))
+        if left is not None and left[after.last_id] > 0:
+            left[after.last_id] -= 1
+
     for row in start:
-        replayer.apply(row["seq"], row["ts_ms"], row["argv"], row.get("db") or 0, row["client"])
+        db = row.get("db") or 0
+        argv = row["argv"]
+        xadd = len(argv) > 2 and argv[0].upper() == "XADD"
+        before = last_of(db, argv[1]) if xadd else (None, None)
+        replayer.apply(row["seq"], row["ts_ms"], argv, db, row["client"])
+        if xadd:
+            use_up(db, argv[1], before)
         replayer.drain_delivery_segments()
         replayer.drain_group_incarnations()
     # the clock read lies in the 7.0 window or the 7.2+ one: looking in both is safe
@@ -133,18 +163,22 @@ def pin_star_ids(
         # the "now" the replay gives the row (7.2+: its unit's)
         now_ms = (unit_window if snapshot else command_window)[1]
         star_at = None
-        if len(argv) > 2 and argv[0].upper() == "XADD":
+        xadd = len(argv) > 2 and argv[0].upper() == "XADD"
+        if xadd:
             pos = xadd_id_position(argv)
             if pos < len(argv) and argv[pos] == "*":
                 star_at = pos
         if star_at is None:
+            before = last_of(db, argv[1]) if xadd else (None, None)
             replayer.apply(row["seq"], ts_ms, argv, db, row.get("client"))
+            if xadd:
+                use_up(db, argv[1], before)
             continue
         key = argv[1]
         current = replayer.lookup_any(db, key)
         last = current.last_id if isinstance(current, Stream) else StreamID(0, 0)
-        known = ids.get((db, key), set())
-        found = next((c for c in _candidates(last, lo_ms, ts_ms) if c in known), None)
+        known = ids.get((db, key), Counter())
+        found = next((c for c in _candidates(last, lo_ms, ts_ms) if known[c] > 0), None)
         pinned = argv
         if found is not None:
             pinned = [*argv[:star_at], str(found), *argv[star_at + 1 :]]
@@ -155,6 +189,8 @@ def pin_star_ids(
             outcome = replayer.apply(row["seq"], ts_ms, argv, db, row.get("client"))
         after = replayer.lookup_any(db, key)
         added = isinstance(after, Stream) and (after is not current or after.last_id != last)
+        if added:
+            use_up(db, key, (current, last if isinstance(current, Stream) else None))
         if outcome.kind != "applied" or not added:  # an error, or NOMKSTREAM on no stream
             continue
         stats.star_rows += 1

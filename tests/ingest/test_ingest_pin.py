@@ -6,6 +6,7 @@ rules on small hand-made logs.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -30,7 +31,7 @@ def test_aof_ids_are_read_after_the_trim_options() -> None:
             aof("XCLAIM", "s", "g", "c", "0", "10-1"),
         ]
     )
-    assert ids == {(0, "s"): {StreamID(10, 1)}, (2, "s"): {StreamID(10, 2)}}
+    assert ids == {(0, "s"): Counter([StreamID(10, 1)]), (2, "s"): Counter([StreamID(10, 2)])}
 
 
 def test_a_clock_read_before_the_line_millisecond_is_pinned() -> None:
@@ -148,4 +149,36 @@ def test_the_pin_continues_the_state_before_the_capture() -> None:
     before = [{"seq": 1, "ts_ms": 0, "argv": ["XADD", "s", "100-0", "f", "v"], "client": None}]
     stats = pin_star_ids(capture, server, start=before)
     assert [capture[0]["argv"][3], capture[1]["argv"][2]] == ["1000-0", "1000-1"]
+    assert (stats.pinned, stats.unpinned) == (2, 0)
+
+
+def test_a_key_recreated_within_a_millisecond_is_not_offered_its_old_ids() -> None:
+    # seen live (Valkey 9.1): an XADD '*' right after a DEL of its key, one millisecond
+    # later; the new stream's window reaches back to 100, where the AOF holds the ID of
+    # the entry the DEL removed. That ID was used up by the first XADD: the second is 101-0
+    rows = [
+        row(1, 100, "XADD", "s", "*", "f", "v"),
+        row(2, 100, "DEL", "s"),
+        row(3, 101, "XADD", "s", "*", "f", "v"),
+    ]
+    stats = pin_star_ids(
+        rows, [aof("XADD", "s", "100-0", "f", "v"), aof("XADD", "s", "101-0", "f", "v")]
+    )
+    assert [rows[0]["argv"][2], rows[2]["argv"][2]] == ["100-0", "101-0"]
+    assert (stats.pinned, stats.unpinned) == (2, 0)
+
+
+def test_an_id_written_twice_to_a_recreated_key_pins_twice() -> None:
+    # both incarnations got 100-0 (the same millisecond): the AOF holds it twice; an
+    # explicit ID uses one up too
+    rows = [
+        row(1, 100, "XADD", "s", "100-0", "f", "v"),
+        row(2, 100, "DEL", "s"),
+        row(3, 100, "XADD", "s", "*", "f", "v"),
+        row(4, 100, "UNLINK", "s"),
+        row(5, 101, "XADD", "s", "*", "f", "v"),
+    ]
+    ids = [aof("XADD", "s", i, "f", "v") for i in ("100-0", "100-0", "101-0")]
+    stats = pin_star_ids(rows, ids)
+    assert [rows[2]["argv"][2], rows[4]["argv"][2]] == ["100-0", "101-0"]
     assert (stats.pinned, stats.unpinned) == (2, 0)
