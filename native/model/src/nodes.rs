@@ -6,6 +6,8 @@
 //! `stream-node-max-entries` entries or would pass `stream-node-max-bytes` bytes
 //! (`listpack` has the sizes).
 
+use std::collections::VecDeque;
+
 use crate::fail::{internal, overflow, Fail};
 use crate::ids::{to_signed, StreamId, ZERO_ID};
 use crate::listpack as lp;
@@ -29,7 +31,7 @@ pub(crate) fn append_entry(
     fields: &[&str],
     values: &[&str],
 ) -> Result<(), Fail> {
-    let open_tail = match stream.nodes.last() {
+    let open_tail = match stream.nodes.back() {
         None => false,
         Some(tail) => {
             let mut max_bytes = node_max_bytes;
@@ -45,13 +47,13 @@ pub(crate) fn append_entry(
                 || (node_max_entries != 0 && tail.total >= node_max_entries))
         }
     };
-    let tail = match stream.nodes.last_mut() {
+    let tail = match stream.nodes.back_mut() {
         Some(tail) if open_tail => tail,
         _ => {
             stream.entries.insert(entry_id);
             let names: Vec<String> = fields.iter().map(|f| f.to_string()).collect();
             let size = lp::new_node_bytes(fields) + lp::entry_bytes(0, 0, fields, values, true);
-            stream.nodes.push(Node::new(entry_id, names, size));
+            stream.nodes.push_back(Node::new(entry_id, names, size));
             return Ok(());
         }
     };
@@ -104,7 +106,7 @@ pub(crate) fn mark_deleted(node: &mut Node, count: i64) -> Result<(), Fail> {
 }
 
 /// Python's `bisect_right` (the same probes, even on a list out of order).
-fn bisect_right_masters(nodes: &[Node], x: StreamId) -> usize {
+fn bisect_right_masters(nodes: &VecDeque<Node>, x: StreamId) -> usize {
     let (mut lo, mut hi) = (0usize, nodes.len());
     while lo < hi {
         let mid = (lo + hi) / 2;
@@ -160,7 +162,7 @@ mod tests {
         assert_eq!(prefix_len(-1, 5), 4);
         assert_eq!(prefix_len(-9, 5), 0);
         let node = |ms| Node::new(StreamId::new(ms, 0), vec![], 0);
-        let nodes = [node(1), node(5), node(3)];
+        let nodes = VecDeque::from([node(1), node(5), node(3)]);
         // Python's probes on a list out of order
         assert_eq!(bisect_right_masters(&nodes, StreamId::new(4, 0)), 1);
         assert_eq!(bisect_right_masters(&nodes, StreamId::new(0, 0)), 0);

@@ -1234,7 +1234,7 @@ fn build(s: &StateSections, resolve: ResolveProfile<'_>) -> Result<Replayer, Str
                 )
             })
             .collect();
-        stream.nodes.push(node);
+        stream.nodes.push_back(node);
     }
     for row in &s.groups {
         let stream = streams

@@ -16,7 +16,7 @@
 //! (`PendingEntry::consumer`), looked up in `Group::consumers`; a consumer's PEL is
 //! the set of IDs it holds, whose entries live in `Group::pel`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use indexmap::Equivalent;
 
@@ -339,7 +339,7 @@ pub struct Stream {
     pub first_id: StreamId,
     /// insertion-ordered, as Python's dict
     pub groups: IndexMap<String, Group>,
-    pub nodes: Vec<Node>,
+    pub nodes: VecDeque<Node>,
 }
 
 impl Stream {

@@ -114,7 +114,7 @@ pub(crate) fn trim(
         } else {
             None
         };
-    while let Some(node) = stream.nodes.first_mut() {
+    while let Some(node) = stream.nodes.front_mut() {
         let len = stream.entries.len();
         if by_maxlen && len as i128 <= maxlen {
             break;
@@ -134,7 +134,7 @@ pub(crate) fn trim(
                 removed.extend(gone);
             }
             deleted += live;
-            stream.nodes.remove(0);
+            stream.nodes.pop_front();
             continue;
         }
         if args.approx {

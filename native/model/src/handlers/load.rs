@@ -138,7 +138,7 @@ fn load_node(stream: &mut Stream, args: &[String]) -> Result<(), Fail> {
     if first.0 < master
         || stream
             .nodes
-            .last()
+            .back()
             .is_some_and(|tail| master <= tail.last_id)
     {
         return Err(SYNTAX);
@@ -149,7 +149,7 @@ fn load_node(stream: &mut Stream, args: &[String]) -> Result<(), Fail> {
     for (entry_id, _) in &entries {
         node.appended(*entry_id);
     }
-    stream.nodes.push(node);
+    stream.nodes.push_back(node);
     for (entry_id, live) in entries {
         if live {
             stream.entries.insert(entry_id);
