@@ -6,7 +6,6 @@ runner does not make is refused before any work, in one sentence."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from pelengine.storage import sessionless
 from tests.delta_rs import delta_rs_table
 from tests.ingest.test_sessionless import _no_jvm_env
 from tests.local.test_runners_equal import EVENTS_ARROW, _log
+from tests.processes import killed_at
 
 
 def _local_cli(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -90,22 +90,6 @@ def test_an_unknown_runner_is_a_usage_error(
     assert "--runner" in err and "spark, local" in err
 
 
-def _killed_at(argv: list[str], env: dict[str, str], marker: str) -> tuple[int, list[str]]:
-    """Run ``argv``; SIGKILL it as soon as a progress line contains ``marker``."""
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    )
-    seen: list[str] = []
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        seen.append(line.rstrip())
-        if line.startswith("pelengine:") and marker in line:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.stderr.close()
-    return proc.wait(timeout=120), seen
-
-
 @pytest.mark.spark
 def test_a_killed_local_run_leaves_the_last_run_readable_and_a_rerun_completes_it(
     spark: Any, tmp_path: Path
@@ -137,7 +121,7 @@ def test_a_killed_local_run_leaves_the_last_run_readable_and_a_rerun_completes_i
     env.pop("PELENGINE_STORE")
     argv = [str(Path(sys.executable).with_name("pelengine")), "reconstruct", "--runner"]
     argv += ["local", "--events", str(events), "--out", str(out)]
-    code, seen = _killed_at(argv, env, "wrote ")
+    code, seen = killed_at(argv, "wrote ", env)
     assert code == -signal.SIGKILL, f"the run ended before its first table ({code}): {seen[-5:]}"
 
     tables = (*OUTPUT_TABLES, "rejected_events")

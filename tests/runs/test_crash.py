@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,6 +41,7 @@ from pelengine.settings import Settings
 from pelengine.storage import write_table
 from pelengine.synth import generate_events
 from tests.delta_rs import delta_rs_table
+from tests.processes import killed_at
 from tests.runs.test_incremental import TABLES, _with_blocking, assert_tables_equal
 
 # on both stores: make test runs it on delta-spark, then on the embedded store
@@ -62,23 +62,6 @@ def nights(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dic
     run_reconstruct(spark, str(events), str(night1), Settings(incremental=True))
     write_table(spark.createDataFrame(rows[cut:], EVENTS_SCHEMA), str(events), "append")
     return {"events": events, "night1": night1, "root": root}
-
-
-def _kill_when(argv: list[str], marker: str) -> tuple[int, list[str]]:
-    """Run ``argv``; SIGKILL it once a stderr line contains ``marker``."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
-    )
-    seen: list[str] = []
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        seen.append(line.rstrip())
-        if line.startswith("pelengine:") and marker in line:
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.stderr.close()
-    return proc.wait(timeout=120), seen
 
 
 def _readable(out: Path) -> dict[str, int]:
@@ -121,7 +104,7 @@ def test_killed_nights_complete_on_rerun(spark: SparkSession, nights: dict[str, 
     night1_seq = _as_of_seen(spark, out).pop()
     for n, marker in enumerate(KILL_AT):
         with ThreadPoolExecutor(1) as pool:
-            child = pool.submit(_kill_when, argv, marker)
+            child = pool.submit(killed_at, argv, marker)
             if n == 0:  # the uninterrupted night 2, while the first child starts and replays
                 done = run_reconstruct(
                     spark, str(nights["events"]), str(reference), Settings(incremental=True)
