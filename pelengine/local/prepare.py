@@ -113,16 +113,13 @@ def unit_columns(
     if multis.any():
         closes = pc.fill_null(pc.is_in(names, pa.array(["EXEC", "DISCARD"])), False)
         closes = closes.to_numpy(zero_copy_only=False)
-        keyed = pc.fill_null(client, "")
-        order = pc.sort_indices(
-            pa.table({"c": keyed, "i": positions}),
-            sort_keys=[("c", "ascending"), ("i", "ascending")],
-        ).to_numpy()
-        sorted_client = keyed.take(pa.array(order))
+        # the clients as their ranks (equal ranks: the same client), rows in row order
+        # within each client
+        ranked = string_rank(pc.fill_null(client, "")).to_numpy()
+        order = np.argsort(ranked, kind="stable")
+        sorted_client = ranked[order]
         new_client = np.ones(n, dtype=bool)
-        if n > 1:
-            same = pc.equal(sorted_client.slice(1), sorted_client.slice(0, n - 1))
-            new_client[1:] = ~pc.fill_null(same, False).to_numpy(zero_copy_only=False)
+        new_client[1:] = sorted_client[1:] != sorted_client[:-1]
         first_of_client = np.maximum.accumulate(np.where(new_client, positions, 0))
         opened = np.maximum.accumulate(np.where(multis[order], positions, -1))
         closed = np.maximum.accumulate(np.where(closes[order], positions, -1))
@@ -162,7 +159,7 @@ def family_links(valid: pa.Table, names: pa.Array) -> dict[tuple[int, str], str]
     # a read ties keys only when it names two streams or more: four arguments or more
     # after its first STREAMS (or none there); only those go to the exact parser
     tying = pc.or_(renames, _several_streams(valid.column("argv"), reads))
-    rows = valid.filter(tying).select(["db", "argv"]).to_pylist()
+    rows = _first_of_each(valid.filter(tying).select(["db", "argv"])).to_pylist()
     links: list[list[tuple[int, str]]] = []
     seen: set[tuple[int, tuple[str, ...]]] = set()
     for row in rows:
@@ -173,6 +170,32 @@ def family_links(valid: pa.Table, names: pa.Array) -> dict[tuple[int, str], str]
                 seen.add(link)
                 links.append([(link[0], k) for k in link[1]])
     return tie_families(links)
+
+
+def _first_of_each(rows: pa.Table) -> pa.Table:
+    """The first row of each distinct (``db``, ``argv``) of ``rows``, in row order (a log
+    repeats the same few tying commands: only the first of each is parsed). The argv is
+    compared as its length and one string its arguments make, each with \\x01 escaped as
+    \\x01\\x02 and joined by \\x01\\x03: a different argv makes a different pair."""
+    import numpy as np
+
+    argv = rows.column("argv").combine_chunks()
+    flat = pc.list_flatten(argv)
+    if rows.num_rows == 0 or flat.null_count or argv.null_count:
+        return rows
+    escaped = pc.replace_substring(flat, "\x01", "\x01\x02")
+    offsets = argv.offsets.to_numpy()
+    lists = pa.ListArray.from_arrays(pa.array(offsets - offsets[0]), escaped)
+    keys = pa.table(
+        {
+            "db": rows.column("db"),
+            "n": pc.list_value_length(argv),
+            "argv": pc.binary_join(lists, "\x01\x03"),
+            "row": pa.array(np.arange(rows.num_rows, dtype=np.int64)),
+        }
+    )
+    first = keys.group_by(["db", "n", "argv"], use_threads=False).aggregate([("row", "min")])
+    return rows.take(pa.array(np.sort(first.column("row_min").to_numpy())))
 
 
 def _several_streams(argv: pa.ChunkedArray, reads: pa.Array) -> pa.Array:
@@ -307,9 +330,8 @@ def fan_out(routed: pa.Table, facts: RoutedFacts) -> pa.Table:
         parts.append(_markers(routed, facts.waits))
     pointers = pa.concat_tables(parts)
     pointers = pointers.append_column("seq", routed.column("seq").take(pointers.column("row")))
-    pointers = pointers.sort_by(
-        [("db", "ascending"), ("family", "ascending"), ("seq", "ascending")]
-    )
+    pointers = pointers.append_column("rank", string_rank(pointers.column("family")))
+    pointers = pointers.sort_by([("db", "ascending"), ("rank", "ascending"), ("seq", "ascending")])
     commands = routed.select(list(_CARRIED)).take(pointers.column("row"))
     n = pointers.num_rows
     return pa.table(
@@ -328,6 +350,20 @@ def fan_out(routed: pa.Table, facts: RoutedFacts) -> pa.Table:
         ],
         schema=ROW_SCHEMA,
     )
+
+
+def string_rank(strings: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Each string's rank among the distinct ones, in the order a sort of the strings gives
+    (byte order; nulls last): sorting by it sorts by the strings, comparing integers. The
+    distinct strings (a log's families: thousands, among millions of rows) are sorted
+    once."""
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    encoded = pc.dictionary_encode(strings)
+    dictionary = encoded.dictionary
+    ranks = pc.rank(dictionary, sort_keys="ascending", tiebreaker="first")  # 1-based
+    ranked = pc.take(ranks, encoded.indices)
+    return pc.fill_null(ranked, len(dictionary) + 1)
 
 
 _POINTERS = pa.schema(
@@ -369,8 +405,10 @@ def _markers(routed: pa.Table, waits: list[tuple[str, int, str]]) -> pa.Table:
             "m_family": pa.array([f for _, _, f in waits], pa.string()),
         }
     )
+    import numpy as np
+
     keys = routed.select(["client", "db", "scope"]).append_column(
-        "_row", pa.array(range(routed.num_rows), pa.int64())
+        "_row", pa.array(np.arange(routed.num_rows, dtype=np.int64))
     )
     pairs = keys.join(blocked, "client", join_type="inner", use_threads=False).sort_by(
         [("_row", "ascending"), ("m_db", "ascending"), ("m_family", "ascending")]
@@ -381,9 +419,8 @@ def _markers(routed: pa.Table, waits: list[tuple[str, int, str]]) -> pa.Table:
     families = routed.column("families").take(rows)
     parents = pc.list_parent_indices(families)
     hit = pc.equal(pc.list_flatten(families), m_family.take(parents))
-    holds = [False] * pairs.num_rows
-    for i in pc.unique(pc.filter(parents, pc.fill_null(hit, False))).to_pylist():
-        holds[i] = True
+    holds = np.zeros(pairs.num_rows, dtype=bool)
+    holds[pc.filter(parents, pc.fill_null(hit, False)).to_numpy()] = True
     scope, same_db = pairs.column("scope"), pc.equal(pairs.column("db"), m_db)
     reaches = pc.or_(
         pc.or_(

@@ -10,12 +10,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pelengine.engine.outcomes import count_outcomes as engine_count_outcomes
 from pelengine.engine.outcomes import starting_state
 from pelengine.engine.udf import _arrow_schema, family_starter
+from pelengine.local.prepare import string_rank
 from pelengine.model.commands import LOAD_COMMAND
 from pelengine.model.delivery import (
     INCARNATION_COLUMNS,
@@ -160,15 +162,19 @@ def delivery_counts(batches: dict[str, list[pa.RecordBatch]], schema: pa.Schema)
     repeated = incarnations.group_by(identity).aggregate([([], "count_all")])
     if repeated.num_rows != incarnations.num_rows:  # an incarnation named twice: the model's
         return _merged(segments.to_pylist(), incarnations.to_pylist(), schema)
-    order = [(c, "ascending") for c in SEGMENT_IDENTITY] + [("segment_n", "ascending")]
-    segments = segments.sort_by(order)
+    # each entry's segments together, in order: sorted by integers where the identity has
+    # them (the group as its rank, the ID as its two numbers; the ID's text, which they
+    # spell, only decides their ties)
+    segments = segments.append_column("_group_rank", string_rank(segments.column("group")))
+    order = ["db", "_group_rank", "group_created_seq", "id_ms", "id_seq", "id", "segment_n"]
+    segments = segments.sort_by([(c, "ascending") for c in order]).drop_columns("_group_rank")
     alone = pc.and_(
         pc.invert(_same_as_next(segments, SEGMENT_IDENTITY, -1)),
         pc.invert(_same_as_next(segments, SEGMENT_IDENTITY, 1)),
     )
     alone = pc.and_(alone, _listed_once_in_order(segments.column("owner_names")))
     rest = segments.filter(pc.invert(alone))
-    merged = _merged(rest.to_pylist(), incarnations.to_pylist(), schema) if rest.num_rows else None
+    merged = _merged_runs(rest, incarnations, schema) if rest.num_rows else None
     single = segments.filter(alone)
     final = incarnations.rename_columns(
         ["db", "_final_key", "group", "group_created_seq", "_moved_seq", "_moved_ms"]
@@ -176,7 +182,7 @@ def delivery_counts(batches: dict[str, list[pa.RecordBatch]], schema: pa.Schema)
     # joined on the keys and a row number alone (a join carries no list column), put back
     # in the rows' order
     keys = single.select(identity).append_column(
-        "_row", pa.array(range(single.num_rows), pa.int64())
+        "_row", pa.array(np.arange(single.num_rows, dtype=np.int64))
     )
     found = keys.join(final, identity, join_type="left outer", use_threads=False)
     found = found.sort_by("_row")
@@ -226,11 +232,105 @@ def _merged(
     return pa.Table.from_pylist(rows, schema=schema)
 
 
+def _merged_runs(segments: pa.Table, incarnations: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The model's merge (``model.delivery.merge_delivery_segments``) of ``segments``,
+    sorted so that each entry's segments are one run in ``segment_n`` order, with every
+    group incarnation named once in ``incarnations``; in Arrow and numpy, one row per run
+    in run order, as the model emits them: the last segment's key, ID, count, status and
+    close; the deliveries summed; the first and the last delivery time given; the owners
+    sorted, each once; the latest change (the first segment holding the highest
+    ``changed_seq``, or the incarnation's move where it is later); the key where the
+    incarnation ended, where it is named."""
+    n = segments.num_rows
+    starts = np.flatnonzero(~_same_as_next(segments, SEGMENT_IDENTITY, -1).to_numpy(False))
+    runs = len(starts)
+    is_start = np.zeros(n, dtype=bool)
+    is_start[starts] = True
+    run_of = np.cumsum(is_start) - 1
+    last = np.append(starts[1:], n) - 1
+    positions = np.arange(n)
+
+    def given(name: str, first: bool) -> pa.Array:
+        """Per run, the first (else the last) non-null value of column ``name``."""
+        column = segments.column(name).combine_chunks()
+        valid = column.is_valid().to_numpy(False)
+        if first:
+            at = np.minimum.reduceat(np.where(valid, positions, n), starts)
+        else:
+            at = np.maximum.reduceat(np.where(valid, positions, -1), starts)
+        none = (at >= n) | (at < 0)
+        return column.take(pa.array(np.clip(at, 0, n - 1), mask=none))
+
+    deliveries = np.add.reduceat(segments.column("deliveries").to_numpy(), starts)
+    # owners: the runs' names, sorted (by rank: byte order, the code points' order) and
+    # each once
+    lists = segments.column("owner_names").combine_chunks()
+    names = pc.list_flatten(lists)
+    name_run = run_of[pc.list_parent_indices(lists).to_numpy()]
+    rank = string_rank(names).to_numpy()
+    order = np.lexsort((rank, name_run))
+    keep = np.ones(len(order), dtype=bool)
+    keep[1:] = (name_run[order][1:] != name_run[order][:-1]) | (rank[order][1:] != rank[order][:-1])
+    kept = order[keep]
+    counts = np.bincount(name_run[kept], minlength=runs)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    owner_names = pa.ListArray.from_arrays(pa.array(offsets), names.take(pa.array(kept)))
+    # the latest change of the segments: the first holding the run's highest changed_seq
+    changed = segments.column("changed_seq").combine_chunks()
+    has_change = changed.is_valid().to_numpy(False)
+    changed_seq = np.where(has_change, changed.fill_null(0).to_numpy(), np.iinfo(np.int64).min)
+    highest = np.maximum.reduceat(changed_seq, starts)
+    at = np.minimum.reduceat(
+        np.where(has_change & (changed_seq == highest[run_of]), positions, n), starts
+    )
+    none = at >= n
+    pick = pa.array(np.clip(at, 0, n - 1), mask=none)
+    change_seq = changed.take(pick)
+    change_ms = segments.column("changed_ms").combine_chunks().take(pick)
+    # the incarnation: where it ended, and its move (joined on a row number: a join carries
+    # no list column)
+    ends = segments.take(pa.array(last))
+    final = incarnations.rename_columns(
+        ["db", "_final_key", "group", "group_created_seq", "_moved_seq", "_moved_ms"]
+    )
+    identity = list(INCARNATION_IDENTITY)
+    keys = ends.select(identity).append_column("_row", pa.array(np.arange(runs, dtype=np.int64)))
+    found = keys.join(final, identity, join_type="left outer", use_threads=False).sort_by("_row")
+    found = found.combine_chunks()
+    moved_seq = found.column("_moved_seq").combine_chunks()
+    moved_later = pc.and_(
+        pc.is_valid(moved_seq),
+        pc.or_(pc.is_null(change_seq), pc.fill_null(pc.greater(moved_seq, change_seq), False)),
+    )
+    columns = {
+        "db": ends.column("db"),
+        "key": pc.coalesce(found.column("_final_key"), ends.column("key")),
+        "group": ends.column("group"),
+        "id": ends.column("id"),
+        "id_ms": ends.column("id_ms"),
+        "id_seq": ends.column("id_seq"),
+        "delivery_count": ends.column("delivery_count"),
+        "deliveries": pa.array(deliveries),
+        "owners": pa.array(counts),
+        "first_delivery_ms": given("first_delivery_ms", True),
+        "last_delivery_ms": given("last_delivery_ms", False),
+        "status": ends.column("status"),
+        "closed_ms": ends.column("closed_ms"),
+        "owner_names": owner_names,
+        "group_created_seq": ends.column("group_created_seq"),
+        "changed_seq": pc.if_else(moved_later, moved_seq, change_seq),
+        "changed_ms": pc.if_else(
+            moved_later, found.column("_moved_ms").combine_chunks(), change_ms
+        ),
+    }
+    return pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+
 def _same_as_next(table: pa.Table, names: Iterable[str], step: int) -> pa.Array:
     """Whether each row's ``names`` equal (nulls equal) those of the row ``step`` after it
     (1) or before it (-1); false where there is none."""
     n = table.num_rows
-    same = pa.array([n > 1] * (n - 1), pa.bool_()) if n > 1 else pa.array([], pa.bool_())
+    same = pa.array(np.ones(max(n - 1, 0), dtype=bool))
     for name in names:
         column = table.column(name).combine_chunks()
         after, before = column.slice(1), column.slice(0, n - 1)
@@ -250,7 +350,7 @@ def _listed_once_in_order(owners: pa.ChunkedArray) -> pa.Array:
     names = pc.list_flatten(lists)
     parents = pc.list_parent_indices(lists)
     k = len(names)
-    ok = pa.array([True] * len(lists), pa.bool_())
+    ok = pa.array(np.ones(len(lists), dtype=bool))
     if k < 2:
         return ok
     same_list = pc.equal(parents.slice(1), parents.slice(0, k - 1))
@@ -258,10 +358,9 @@ def _listed_once_in_order(owners: pa.ChunkedArray) -> pa.Array:
     bad = pc.filter(parents.slice(0, k - 1), pc.and_(same_list, pc.invert(in_order)))
     if len(bad) == 0:
         return ok
-    mask = [True] * len(lists)
-    for i in pc.unique(bad).to_pylist():
-        mask[i] = False
-    return pa.array(mask, pa.bool_())
+    mask = np.ones(len(lists), dtype=bool)
+    mask[bad.to_numpy()] = False
+    return pa.array(mask)
 
 
 def count_outcomes(

@@ -1,0 +1,61 @@
+"""Two helpers of the local runner's prepare stage, against what they stand for:
+``string_rank`` sorts as the strings sort, and ``_first_of_each`` keeps the first row of
+each distinct (db, argv), whatever bytes the arguments hold (separators included)."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+from pelengine.local.prepare import _first_of_each, string_rank
+
+ALPHABET = ["a", "b", "ab", "", "é", "\x00", "\x01", "\x02", "\x03", "\x01\x03", "a\x01", "Z"]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_sorting_by_rank_is_sorting_by_the_strings(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(0, 80)
+    rows = {
+        "db": [rng.randint(0, 2) for _ in range(n)],
+        "s": ["".join(rng.choices(ALPHABET, k=rng.randint(0, 3))) for _ in range(n)],
+        "seq": [rng.randint(0, 4) for _ in range(n)],
+        "i": list(range(n)),
+    }
+    table = pa.table(rows)
+    # two chunks, as a table read in batches has
+    chunked = pa.chunked_array(
+        [table.column("s").slice(0, n // 2), table.column("s").slice(n // 2)]
+    )
+    by_rank = table.append_column("rank", string_rank(chunked)).sort_by(
+        [("db", "ascending"), ("rank", "ascending"), ("seq", "ascending")]
+    )
+    expected = sorted(
+        range(n), key=lambda i: (rows["db"][i], rows["s"][i].encode(), rows["seq"][i])
+    )
+    assert by_rank.column("i").to_pylist() == expected
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_first_row_of_each_distinct_argv_in_row_order(seed: int) -> None:
+    rng = random.Random(seed)
+    pool = [[rng.choice(ALPHABET) for _ in range(rng.randint(0, 3))] for _ in range(8)]
+    # argvs that one string with a plain separator would confuse
+    pool += [["a\x01\x03b"], ["a", "b"], [], [""], ["x\x01"], ["x", ""], ["x\x01\x02"]]
+    pool += [["a\x01\x03", "b"], ["a", "\x01\x03b"]]
+    n = rng.randint(0, 60)
+    rows = [{"db": rng.randint(0, 1), "argv": rng.choice(pool), "i": i} for i in range(n)]
+    table = pa.Table.from_pylist(
+        rows,
+        schema=pa.schema([("db", pa.int32()), ("argv", pa.list_(pa.string())), ("i", pa.int64())]),
+    )
+    seen: set[tuple[int, tuple[str, ...]]] = set()
+    expected = []
+    for row in rows:
+        identity = (row["db"], tuple(row["argv"]))
+        if identity not in seen:
+            seen.add(identity)
+            expected.append(row["i"])
+    assert _first_of_each(table.slice(0)).column("i").to_pylist() == expected
