@@ -151,9 +151,8 @@ def output_tables(batches: dict[str, list[pa.RecordBatch]]) -> dict[str, pa.Tabl
 def delivery_counts(batches: dict[str, list[pa.RecordBatch]], schema: pa.Schema) -> pa.Table:
     """``delivery_counts`` from the delivery segments and the group incarnations the
     replay emitted: the rules of ``model.delivery.merge_delivery_segments`` (which
-    ``pipeline.assemble.merge_delivery_segments`` follows in SQL). An entry with one
-    segment whose owners are listed sorted and once each (nearly every entry) is its row
-    as it is, in Arrow; the others go through the model's merge."""
+    ``pipeline.assemble.merge_delivery_segments`` follows in SQL), in Arrow
+    (:func:`_merged_runs`); where an incarnation is named twice, the model's merge."""
     segments = _table(batches, "delivery_segments").select(list(SEGMENT_COLUMNS))
     incarnations = _table(batches, "group_incarnations").select(list(INCARNATION_COLUMNS))
     identity = list(INCARNATION_IDENTITY)
@@ -168,60 +167,7 @@ def delivery_counts(batches: dict[str, list[pa.RecordBatch]], schema: pa.Schema)
     segments = segments.append_column("_group_rank", string_rank(segments.column("group")))
     order = ["db", "_group_rank", "group_created_seq", "id_ms", "id_seq", "id", "segment_n"]
     segments = segments.sort_by([(c, "ascending") for c in order]).drop_columns("_group_rank")
-    alone = pc.and_(
-        pc.invert(_same_as_next(segments, SEGMENT_IDENTITY, -1)),
-        pc.invert(_same_as_next(segments, SEGMENT_IDENTITY, 1)),
-    )
-    alone = pc.and_(alone, _listed_once_in_order(segments.column("owner_names")))
-    rest = segments.filter(pc.invert(alone))
-    merged = _merged_runs(rest, incarnations, schema) if rest.num_rows else None
-    single = segments.filter(alone)
-    final = incarnations.rename_columns(
-        ["db", "_final_key", "group", "group_created_seq", "_moved_seq", "_moved_ms"]
-    )
-    # joined on the keys and a row number alone (a join carries no list column), put back
-    # in the rows' order
-    keys = single.select(identity).append_column(
-        "_row", pa.array(np.arange(single.num_rows, dtype=np.int64))
-    )
-    found = keys.join(final, identity, join_type="left outer", use_threads=False)
-    found = found.sort_by("_row")
-    for name in ("_final_key", "_moved_seq", "_moved_ms"):
-        single = single.append_column(name, found.column(name))
-    moved_later = pc.and_(
-        pc.is_valid(single.column("_moved_seq")),
-        pc.or_(
-            pc.is_null(single.column("changed_seq")),
-            pc.fill_null(
-                pc.greater(single.column("_moved_seq"), single.column("changed_seq")), False
-            ),
-        ),
-    )
-    columns = {
-        "db": single.column("db"),
-        "key": pc.coalesce(single.column("_final_key"), single.column("key")),
-        "group": single.column("group"),
-        "id": single.column("id"),
-        "id_ms": single.column("id_ms"),
-        "id_seq": single.column("id_seq"),
-        "delivery_count": single.column("delivery_count"),
-        "deliveries": single.column("deliveries"),
-        "owners": pc.list_value_length(single.column("owner_names")),
-        "first_delivery_ms": single.column("first_delivery_ms"),
-        "last_delivery_ms": single.column("last_delivery_ms"),
-        "status": single.column("status"),
-        "closed_ms": single.column("closed_ms"),
-        "owner_names": single.column("owner_names"),
-        "group_created_seq": single.column("group_created_seq"),
-        "changed_seq": pc.if_else(
-            moved_later, single.column("_moved_seq"), single.column("changed_seq")
-        ),
-        "changed_ms": pc.if_else(
-            moved_later, single.column("_moved_ms"), single.column("changed_ms")
-        ),
-    }
-    table = pa.table([columns[f.name].cast(f.type) for f in schema], schema=schema)
-    return table if merged is None else pa.concat_tables([table, merged])
+    return _merged_runs(segments, incarnations, schema)
 
 
 def _merged(
@@ -341,26 +287,6 @@ def _same_as_next(table: pa.Table, names: Iterable[str], step: int) -> pa.Array:
     if step > 0:
         return pa.concat_arrays([same, edge])
     return pa.concat_arrays([edge, same])
-
-
-def _listed_once_in_order(owners: pa.ChunkedArray) -> pa.Array:
-    """Whether each row's list holds its names sorted and each once (as the merge writes
-    them): each name smaller than the next of the same list."""
-    lists = owners.combine_chunks()
-    names = pc.list_flatten(lists)
-    parents = pc.list_parent_indices(lists)
-    k = len(names)
-    ok = pa.array(np.ones(len(lists), dtype=bool))
-    if k < 2:
-        return ok
-    same_list = pc.equal(parents.slice(1), parents.slice(0, k - 1))
-    in_order = pc.fill_null(pc.less(names.slice(0, k - 1), names.slice(1)), False)
-    bad = pc.filter(parents.slice(0, k - 1), pc.and_(same_list, pc.invert(in_order)))
-    if len(bad) == 0:
-        return ok
-    mask = np.ones(len(lists), dtype=bool)
-    mask[bad.to_numpy()] = False
-    return pa.array(mask)
 
 
 def count_outcomes(
