@@ -51,6 +51,7 @@ have written them) are replaced, never duplicated.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass, field, replace
@@ -73,7 +74,7 @@ from pelengine.pipeline.carry import (
 from pelengine.pipeline.conform import InputContractError, conform_events
 from pelengine.pipeline.reconstruct import ReconstructResult, reconstruct
 from pelengine.progress import Progress, SparkCounters, quiet, spark_counters
-from pelengine.runs.output import count_rejected, finish_report, write_outputs
+from pelengine.runs.output import at_once, count_rejected, finish_report, write_outputs
 from pelengine.schemas import (
     FAMILY_STATE_COLUMNS,
     HISTORY_TABLES,
@@ -622,7 +623,8 @@ def _write_night(
     whole table where the night replaces a closed row (see ``carry.PRIOR_CLOSED``)."""
     rows: dict[str, int] = {}
     steps = [*SNAPSHOT_TABLES, *HISTORY_TABLES, "rejected_events", STATE_TABLE]
-    for i, name in enumerate(steps, start=1):
+
+    def write(i: int, name: str) -> None:
         path = output.table(name)
         progress(
             "writing the state" if name == STATE_TABLE else f"writing {name} ({i}/{len(steps)})"
@@ -701,7 +703,12 @@ def _write_night(
         took = time.monotonic() - started
         seconds[name] = round(took, 3)
         progress(f"wrote {name}: {what} in {took:.1f} s")
-    return rows
+
+    # the tables at once where the store allows; the state after them all, since its run
+    # row names the delivery_counts version written here
+    at_once(spark, [functools.partial(write, i, name) for i, name in enumerate(steps[:-1], 1)])
+    write(len(steps), STATE_TABLE)
+    return {name: rows[name] for name in steps if name in rows}
 
 
 def _restore_if_moved(

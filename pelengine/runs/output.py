@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from typing import Any
 
@@ -41,11 +44,12 @@ def write_outputs(
     of catalog tables; returns each table's rows as written, from each commit's own
     metrics (nothing is read again), and puts each table's seconds in ``seconds``.
 
-    One after the other: the embedded ``delta`` source is registered with the session,
-    and a write from another Python thread does not find it."""
+    Several at once on delta-spark, one after the other on the embedded store
+    (:func:`at_once`)."""
     output = storage.as_output(out_path)
     rows: dict[str, int] = {}
-    for i, (name, df) in enumerate(tables, start=1):
+
+    def write(i: int, name: str, df: DataFrame) -> None:
         path = output.table(name)
         progress(f"writing {name} ({i}/{len(tables)})")
         started = time.monotonic()
@@ -65,7 +69,35 @@ def write_outputs(
         if seconds is not None:
             seconds[name] = round(took, 3)
         progress(f"wrote {name}: {rows[name]:,} rows in {took:.1f} s")
-    return rows
+
+    at_once(
+        spark,
+        [functools.partial(write, i, name, df) for i, (name, df) in enumerate(tables, start=1)],
+    )
+    return {name: rows[name] for name, _ in tables}
+
+
+def at_once(spark: SparkSession, steps: list[Callable[[], None]]) -> None:
+    """Run ``steps`` (a run's table writes, each independent of the others), as many at
+    once as the session's store allows (:func:`storage.concurrent_writes`), in order when
+    one. On a failure the steps not yet started are dropped, the running ones finish, and
+    the first failure (in ``steps``' order) is raised: every table is then at its old or
+    its new version, as after a run killed there, and no ``_runs`` row names them."""
+    workers = min(storage.concurrent_writes(spark), len(steps))
+    if workers <= 1:
+        for step in steps:
+            step()
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="pelengine-write") as pool:
+        futures = [pool.submit(step) for step in steps]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        if any(f.done() and f.exception() is not None for f in futures):
+            for future in futures:
+                future.cancel()
+        wait(futures)
+    for future in futures:
+        if not future.cancelled() and future.exception() is not None:
+            raise future.exception()  # type: ignore[misc]
 
 
 def format_report(report: dict[str, Any]) -> str:

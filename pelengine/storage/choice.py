@@ -269,3 +269,18 @@ def storage_mode(spark: SparkSession) -> str:
     if mode is None:
         raise RuntimeError("pelengine storage is not installed: call install_storage(spark) first")
     return mode
+
+
+#: how many of a run's table writes delta-spark makes at once (each its own Spark job
+#: and Delta commit, from its own driver thread)
+DELTA_SPARK_WRITERS = 4
+
+
+def concurrent_writes(spark: SparkSession) -> int:
+    """How many table writes a run may make at once on this session: on delta-spark a
+    few (a small table's write is mostly the driver's planning and commit, which the
+    other writes overlap; the tables of a run are independent, and readers pin every
+    table to the ``_runs`` row written after them all); on the embedded store one (its
+    ``delta`` data source is registered with the session from this thread, and a write
+    from another thread does not find it)."""
+    return DELTA_SPARK_WRITERS if storage_mode(spark) == DELTA_SPARK else 1
