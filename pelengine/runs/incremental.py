@@ -704,9 +704,11 @@ def _write_night(
         seconds[name] = round(took, 3)
         progress(f"wrote {name}: {what} in {took:.1f} s")
 
-    # the tables at once where the store allows; the state after them all, since its run
-    # row names the delivery_counts version written here
-    at_once(spark, [functools.partial(write, i, name) for i, name in enumerate(steps[:-1], 1)])
+    # the tables at once where the store allows, the merges first (they take longest; the
+    # other writes fill in beside them); the state after them all, since its run row names
+    # the delivery_counts version written here
+    tables_first = sorted(steps[:-1], key=lambda name: name not in HISTORY_KEYS)
+    at_once(spark, [functools.partial(write, steps.index(name) + 1, name) for name in tables_first])
     write(len(steps), STATE_TABLE)
     return {name: rows[name] for name in steps if name in rows}
 
