@@ -29,6 +29,10 @@ def row_digest(
 ) -> int:
     """The Python engine's ``row_digest``: the 63-bit digest of one replayed row."""
 
+def spark_digest(batch: pa.RecordBatch) -> tuple[int, int, int, int | None]:
+    """Spark's ``xxhash64`` of an events batch's rows (``pelengine.local.digest``): rows
+    with a seq, the XOR of their hashes, rows without one, the largest seq."""
+
 class Router:
     """``pelengine.engine.python.Router`` in Rust: the same columns appended."""
 

@@ -211,6 +211,17 @@ impl<'a> StrLists<'a> {
         Ok(true)
     }
 
+    /// Row `i`'s strings into `out` (cleared first), null elements as `None`. False when
+    /// the row is null (or there is no column).
+    pub fn fill_nullable(&self, i: usize, out: &mut Vec<Option<&'a str>>) -> bool {
+        out.clear();
+        let Some((values, range)) = self.span(i) else {
+            return false;
+        };
+        out.extend(range.map(|at| values.get(at)));
+        true
+    }
+
     /// Row `i`'s strings into `out` (cleared first; its strings are reused). False when
     /// the row is null (or there is no column); `Err(j)` when its element `j` is null
     /// (`out` then holds the row's strings before it, over the last row's).

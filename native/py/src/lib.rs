@@ -18,6 +18,7 @@
 // Library code never panics on input (the lints of `[workspace.lints]` in ../Cargo.toml).
 
 pub mod cols;
+pub mod digest;
 pub mod failure;
 pub mod family;
 pub mod history;
@@ -263,6 +264,51 @@ fn _overflow_for_test(n: i64) -> PyResult<i64> {
     guarded(|| base + std::hint::black_box(n)).map_err(runtime("_overflow_for_test"))
 }
 
+/// Spark's `xxhash64("seq", "ts_ms", "argv", "db", "client", "source")` over the rows of
+/// an events batch with the contract's types (`digest`), summed as the state's run row
+/// keeps it: `(rows with a seq, XOR of their hashes, rows without one, largest seq)`.
+#[pyfunction]
+fn spark_digest(
+    py: Python<'_>,
+    batch: PyArrowType<RecordBatch>,
+) -> PyResult<(i64, i64, i64, Option<i64>)> {
+    use crate::digest::{spark_hash, Value};
+    use crate::input::{Ints, StrLists, Strs};
+    let batch = batch.0;
+    py.detach(|| {
+        let type_error =
+            |e: crate::input::ColumnTypeError| pyo3::exceptions::PyTypeError::new_err(e.0);
+        let seq = Ints::read(&batch, "seq").map_err(type_error)?;
+        let ts = Ints::read(&batch, "ts_ms").map_err(type_error)?;
+        let argv = StrLists::read(&batch, "argv").map_err(type_error)?;
+        let db = Ints::read(&batch, "db").map_err(type_error)?;
+        let client = Strs::read(&batch, "client").map_err(type_error)?;
+        let source = Strs::read(&batch, "source").map_err(type_error)?;
+        let (mut n, mut x, mut null) = (0i64, 0i64, 0i64);
+        let mut top: Option<i64> = None;
+        let mut items: Vec<Option<&str>> = Vec::new();
+        for i in 0..batch.num_rows() {
+            let Some(s) = seq.get(i) else {
+                null += 1;
+                continue;
+            };
+            let has_argv = argv.fill_nullable(i, &mut items);
+            let db_value = db.get(i).map(|v| i32::try_from(v).unwrap_or_default());
+            x ^= spark_hash(&[
+                Value::Long(Some(s)),
+                Value::Long(ts.get(i)),
+                Value::Strs(has_argv.then_some(items.as_slice())),
+                Value::Int(db_value),
+                Value::Str(client.get(i)),
+                Value::Str(source.get(i)),
+            ]);
+            n += 1;
+            top = Some(top.map_or(s, |t| t.max(s)));
+        }
+        Ok((n, x, null, top))
+    })
+}
+
 /// The Python engine's `row_digest` (`pelengine.engine.python.state`): the 63-bit digest
 /// of one replayed row XOR-ed into `agg_x` (for the test that holds the two equal).
 #[pyfunction]
@@ -467,6 +513,7 @@ fn pelengine_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StateError", persist.getattr("StateError")?)?;
     m.add("StateVersionError", persist.getattr("StateVersionError")?)?;
     m.add_function(wrap_pyfunction!(row_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(spark_digest, m)?)?;
     m.add_function(wrap_pyfunction!(_overflow_for_test, m)?)?;
     m.add_class::<FamilyReplay>()?;
     m.add_class::<Router>()?;
