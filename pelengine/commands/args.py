@@ -154,11 +154,6 @@ def _check_reconstruct(args: argparse.Namespace, conf: Config) -> None:
     settings = run_settings(args, conf)
     output = reconstruct_output(args, conf)
     if settings.runner == "local":
-        if settings.incremental:
-            raise UsageError(
-                "--runner local makes full runs; --incremental (nights) runs on the Spark "
-                "runner (--runner spark)"
-            )
         if output.by_name:
             raise UsageError(
                 "--runner local writes tables by path (--out PATH); catalog tables "

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pelengine.engine.udf import _arrow_schema
+from pelengine.local.validate import command_names
 from pelengine.model.routing import (
     SCOPE_ALL,
     SCOPE_DB,
@@ -91,14 +92,30 @@ def cut_as_of(
 
 
 def unit_columns(
-    valid: pa.Table, names: pa.Array, *, times: bool
+    valid: pa.Table,
+    names: pa.Array,
+    *,
+    times: bool,
+    open_units: dict[str, int | None] | None = None,
 ) -> tuple[pa.Array, pa.ChunkedArray | pa.Array]:
     """``exec_unit`` and ``ts_ms`` of ``valid`` (rows in ``seq`` order), by the rules of
     ``pipeline.units.mark_units`` (the model's ``Replayer._place``), in numpy: each
     client's last MULTI and last EXEC/DISCARD up to each of its rows (a running maximum
     over the rows sorted by client, then seq), the script call rows, the ``lua`` rows'
     script (that of the last row before them that is not ``lua``) and, with ``times``,
-    each unit's first time. A log without MULTI or ``lua`` rows has no unit."""
+    each unit's first time. A log without MULTI or ``lua`` rows has no unit.
+    ``open_units`` (a night): units an earlier run left open (client -> the unit's time),
+    which continue into these rows: as in ``mark_units``, rows standing for them go first
+    and are left out of the result."""
+    if open_units:
+        extra = _open_unit_rows(open_units, valid.schema)
+        n_extra = extra.num_rows
+        units, ts = unit_columns(
+            pa.concat_tables([extra, valid.select(extra.column_names)]),
+            pa.concat_arrays([_as_array(command_names(extra.column("argv"))), _as_array(names)]),
+            times=times,
+        )
+        return units.slice(n_extra), ts.slice(n_extra)
     import numpy as np
 
     n = valid.num_rows
@@ -151,9 +168,76 @@ def unit_columns(
     return exec_unit, pa.array(ts)
 
 
-def family_links(valid: pa.Table, names: pa.Array) -> dict[tuple[int, str], str]:
+#: the seqs of the rows standing for a unit a previous run left open (``pipeline.units``)
+_SYNTHETIC_SEQ = -(2**63)
+
+
+def _open_unit_rows(open_units: dict[str, int | None], schema: pa.Schema) -> pa.Table:
+    """A MULTI (and, when the unit had a command, a PING carrying its time) per open
+    unit, in ``schema``'s seq, ts_ms, argv, db and client (``pipeline.units``)."""
+    rows: list[dict[str, Any]] = []
+    for client, ts in open_units.items():
+        rows.append({"seq": _SYNTHETIC_SEQ, "ts_ms": 0, "argv": ["MULTI"], "client": client})
+        if ts is not None:
+            rows.append(
+                {"seq": _SYNTHETIC_SEQ + 1, "ts_ms": ts, "argv": ["PING"], "client": client}
+            )
+    wanted = pa.schema([schema.field(n) for n in ("seq", "ts_ms", "argv", "db", "client")])
+    for row in rows:
+        row["client"] = row["client"] or None
+        row["db"] = 0
+    return pa.Table.from_pylist(rows, schema=wanted)
+
+
+def _as_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def open_units_after(
+    valid: pa.Table, names: pa.Array, open_units: dict[str, int | None] | None
+) -> dict[str, int | None]:
+    """7.2+: the units still open after ``valid``'s rows (client -> the time of the unit's
+    first command, None before it has one), for the next night
+    (``pipeline.units.open_units_after``)."""
+    rows = valid.select(["seq", "ts_ms", "argv", "db", "client"])
+    all_names = _as_array(names)
+    if open_units:
+        extra = _open_unit_rows(open_units, valid.schema)
+        rows = pa.concat_tables([extra, rows.cast(extra.schema)])
+        all_names = pa.concat_arrays([_as_array(command_names(extra.column("argv"))), all_names])
+    brackets = pc.fill_null(pc.is_in(all_names, pa.array(["MULTI", "EXEC", "DISCARD"])), False)
+    if not pc.any(brackets).as_py():
+        return {}
+    opened: dict[str, int] = {}
+    closed: dict[str, int] = {}
+    chosen = rows.filter(brackets).select(["seq", "client"]).to_pylist()
+    kinds = all_names.filter(brackets).to_pylist()
+    for row, kind in zip(chosen, kinds, strict=True):
+        client = row["client"] or ""
+        into = opened if kind == "MULTI" else closed
+        into[client] = max(into.get(client, row["seq"]), row["seq"])
+    out: dict[str, int | None] = {}
+    clients = pc.fill_null(rows.column("client"), "")
+    for client, seq in sorted(opened.items()):
+        if client in closed and closed[client] >= seq:
+            continue
+        after = rows.filter(
+            pc.and_(pc.equal(clients, client), pc.greater(rows.column("seq"), seq))
+        ).sort_by("seq")
+        out[client] = after.column("ts_ms")[0].as_py() if after.num_rows else None
+    return out
+
+
+def family_links(
+    valid: pa.Table,
+    names: pa.Array,
+    prior: dict[tuple[int, str], str] | None = None,
+    saved: set[tuple[int, str]] | None = None,
+    renamed: dict[tuple[int, str], str] | None = None,
+) -> dict[tuple[int, str], str]:
     """The families of the keys RENAME or a multi-stream XREADGROUP ties together
-    (``pipeline.route.family_map`` of a full run)."""
+    (``pipeline.route.family_map``; ``prior``, ``saved``, ``renamed``: a night's, as
+    there)."""
     renames = pc.fill_null(pc.is_in(names, pa.array(["RENAME", "RENAMENX"])), False)
     reads = pc.fill_null(pc.equal(names, "XREADGROUP"), False)
     # a read ties keys only when it names two streams or more: four arguments or more
@@ -169,7 +253,7 @@ def family_links(valid: pa.Table, names: pa.Array) -> dict[tuple[int, str], str]
             if link not in seen:
                 seen.add(link)
                 links.append([(link[0], k) for k in link[1]])
-    return tie_families(links)
+    return tie_families(links, prior, saved, renamed)
 
 
 def _first_of_each(rows: pa.Table) -> pa.Table:
@@ -284,10 +368,16 @@ def routed_facts(routed: pa.Table) -> RoutedFacts:
     return RoutedFacts(sorted(waits), blocking, flush)
 
 
-def fan_out(routed: pa.Table, facts: RoutedFacts) -> pa.Table:
+def fan_out(
+    routed: pa.Table,
+    facts: RoutedFacts,
+    waits: list[tuple[str, int, str]] | None = None,
+    known: pa.Table | None = None,
+) -> pa.Table:
     """One row (``ROW_SCHEMA``) per (command, family) it reaches, flagged ``fanout`` when it
     reaches several, plus the activity markers of clients that block
-    (``pipeline.route.fan_out``); sorted by (db, family, seq): each family's rows
+    (``pipeline.route.fan_out``; ``waits``/``known``: the blocking reads and the families
+    (db, family) of earlier runs, a night's); sorted by (db, family, seq): each family's rows
     together, in the order its replay applies them. Each part is first a table of
     pointers (the command's row, its db and family there, the two flags), sorted; the
     commands' own columns are then taken once, in that order."""
@@ -301,9 +391,11 @@ def fan_out(routed: pa.Table, facts: RoutedFacts) -> pa.Table:
     several = pc.greater(pc.list_value_length(families), 1).take(parents)
     parts = [_pointers(rows, db, flat, several, marker=False)]
     if facts.flush:
-        known = (
-            pa.table({"db": db, "family": flat})
-            .group_by(["db", "family"], use_threads=False)
+        seen = pa.table({"db": db, "family": flat})
+        if known is not None:
+            seen = pa.concat_tables([seen, known.select(["db", "family"]).cast(seen.schema)])
+        known_rows = (
+            seen.group_by(["db", "family"], use_threads=False)
             .aggregate([])
             .sort_by([("db", "ascending"), ("family", "ascending")])
             .to_pylist()
@@ -312,7 +404,7 @@ def fan_out(routed: pa.Table, facts: RoutedFacts) -> pa.Table:
         which = routed.take(flushes).select(["db", "scope"]).to_pylist()
         at, dbs, fams = [], [], []
         for i, row in zip(flushes.to_pylist(), which, strict=True):
-            for k in known:
+            for k in known_rows:
                 if row["scope"] == SCOPE_ALL or k["db"] == row["db"]:
                     at.append(i)
                     dbs.append(k["db"])
@@ -326,8 +418,9 @@ def fan_out(routed: pa.Table, facts: RoutedFacts) -> pa.Table:
                 marker=False,
             )
         )
-    if facts.waits:
-        parts.append(_markers(routed, facts.waits))
+    every_wait = sorted(set(facts.waits) | set(waits or ()))
+    if every_wait:
+        parts.append(_markers(routed, every_wait))
     pointers = pa.concat_tables(parts)
     pointers = pointers.append_column("seq", routed.column("seq").take(pointers.column("row")))
     pointers = pointers.append_column("rank", string_rank(pointers.column("family")))

@@ -46,6 +46,7 @@ def replay_families(
     engine: str,
     progress: Callable[[str], None],
     workers: int = REPLAY_WORKERS,
+    mark_seq: int | None = None,
 ) -> dict[str, list[pa.RecordBatch]]:
     """Replay each family of ``rows`` (sorted by db, family, seq) and return every table
     the replay emits, as its batches (``REPLAY_TABLE_SCHEMAS``). The families are dealt
@@ -55,7 +56,7 @@ def replay_families(
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    start = family_starter(settings, as_of_ms, as_of_seq, None, None, engine)
+    start = family_starter(settings, as_of_ms, as_of_seq, mark_seq, None, engine)
     spans = family_spans(rows)
     lanes = deal(spans, workers if engine == "native" else 1)
     lock = threading.Lock()
@@ -131,14 +132,17 @@ def _table(batches: dict[str, list[pa.RecordBatch]], name: str) -> pa.Table:
     return pa.Table.from_batches(batches.get(name, []), schema=schema)
 
 
-def output_tables(batches: dict[str, list[pa.RecordBatch]]) -> dict[str, pa.Table]:
+def output_tables(
+    batches: dict[str, list[pa.RecordBatch]], prior: pa.Table | None = None
+) -> dict[str, pa.Table]:
     """Every output table from the replay's rows (``pipeline.assemble.output_table``, and
-    ``delivery_counts`` merged from the delivery segments), in its schema."""
+    ``delivery_counts`` merged from the delivery segments, after ``prior`` ones: a
+    night's previous rows, ``local.night.prior_segments``), in its schema."""
     tables: dict[str, pa.Table] = {}
     for name in OUTPUT_TABLES:
         schema = _arrow_schema(table_schema(name))
         if name == "delivery_counts":
-            tables[name] = delivery_counts(batches, schema)
+            tables[name] = delivery_counts(batches, schema, prior)
             continue
         rows = _table(batches, name)
         if name == "pel_history":
@@ -148,12 +152,16 @@ def output_tables(batches: dict[str, list[pa.RecordBatch]]) -> dict[str, pa.Tabl
     return tables
 
 
-def delivery_counts(batches: dict[str, list[pa.RecordBatch]], schema: pa.Schema) -> pa.Table:
+def delivery_counts(
+    batches: dict[str, list[pa.RecordBatch]], schema: pa.Schema, prior: pa.Table | None = None
+) -> pa.Table:
     """``delivery_counts`` from the delivery segments and the group incarnations the
     replay emitted: the rules of ``model.delivery.merge_delivery_segments`` (which
     ``pipeline.assemble.merge_delivery_segments`` follows in SQL), in Arrow
     (:func:`_merged_runs`); where an incarnation is named twice, the model's merge."""
     segments = _table(batches, "delivery_segments").select(list(SEGMENT_COLUMNS))
+    if prior is not None and prior.num_rows:
+        segments = pa.concat_tables([prior.cast(segments.schema), segments])
     incarnations = _table(batches, "group_incarnations").select(list(INCARNATION_COLUMNS))
     identity = list(INCARNATION_IDENTITY)
     if segments.num_rows == 0:

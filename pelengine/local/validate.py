@@ -55,6 +55,8 @@ class Conformed:
     rejected: pa.Table
     facts: dict[str, Any]
     rejected_by_reason: dict[str, int]
+    #: every row, conformed (valid and rejected, in the input's order; no ``reason``)
+    rows: pa.Table | None = None
 
 
 def conform_table(events: pa.Table, schema: Any = None) -> Conformed:
@@ -98,7 +100,7 @@ def conform_table(events: pa.Table, schema: Any = None) -> Conformed:
         is_valid = pc.is_null(reason)
         valid = tagged.filter(is_valid).select(list(EVENT_TYPES))
         rejected = tagged.filter(pc.invert(is_valid))
-    return Conformed(valid, rejected, _facts(valid), _by_reason(rejected))
+    return Conformed(valid, rejected, _facts(valid), _by_reason(rejected), conformed)
 
 
 # ---- casts ----------------------------------------------------------------------------

@@ -35,6 +35,10 @@ def run_reconstruct(
     this process, with no session (:mod:`pelengine.runs.local`; ``spark`` may be None)."""
     settings = settings or Settings()
     if settings.runner == "local":  # this process, no session (pelengine.runs.local)
+        if settings.incremental:
+            from pelengine.runs.local_night import run_local_night
+
+            return run_local_night(events_path, out_path, settings, progress)
         from pelengine.runs.local import run_local
 
         return run_local(events_path, out_path, settings, progress)

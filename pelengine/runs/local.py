@@ -41,7 +41,8 @@ WRITERS = 2
 
 
 class LocalRunnerError(ValueError):
-    """A run the local runner does not make (catalog tables, nights): one sentence."""
+    """A run the local runner does not make (catalog tables, tables by name): one
+    sentence."""
 
 
 def run_local(
@@ -67,8 +68,7 @@ def run_local(
         )
     if settings.incremental:
         raise LocalRunnerError(
-            "the local runner makes full runs; --incremental (nights) runs on the Spark "
-            "runner (--runner spark)"
+            "a night on the local runner is runs.local_night.run_local_night, not run_local"
         )
     root = output.root
     with storage.run_lease(root, "reconstruct --runner local"):
@@ -156,12 +156,16 @@ def _finish(
     started: float,
     *,
     replace: bool,
+    written: bool | None = None,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The report completed as ``runs.output.finish_report`` completes a Spark run's, then
-    ``_run_report.json`` and the ``_runs`` row (the run's last write)."""
+    ``_run_report.json`` and, unless ``written`` is False (a night with nothing to do),
+    the ``_runs`` row (the run's last write). ``extra``: tables besides the output tables
+    whose versions the row names (a night's state)."""
     assert output.root is not None
     tables = {}
-    for name in (*OUTPUT_TABLES, "rejected_events"):
+    for name in (*OUTPUT_TABLES, "rejected_events", *extra):
         version = sessionless.table_version(output.table(name))
         if version is not None:
             tables[name] = version
@@ -176,6 +180,9 @@ def _finish(
     report["duration_s"] = round(time.time() - started, 3)
     report["spark_actions"] = 0
     report["spark_jobs"] = 0
+    if written is not None:
+        report["written"] = written
     storage.write_run_report(output, report)
-    record_run_sessionless(output.root, report, replace=replace)
+    if written is not False:
+        record_run_sessionless(output.root, report, replace=replace)
     return report

@@ -28,6 +28,7 @@ from pelengine.storage.changes import (
     read_change_feed,
     read_changes,
     table_changes,
+    table_changes_sessionless,
 )
 from pelengine.storage.choice import (
     CONNECT_NEEDS_DELTA_SPARK,
@@ -178,6 +179,7 @@ __all__ = [
     "storage_mode",
     "storage_reason",
     "table_changes",
+    "table_changes_sessionless",
     "table_exists",
     "table_path",
     "table_ref",

@@ -82,7 +82,25 @@ def table_changes(spark: SparkSession, ref: TableRef, since: int, until: int) ->
     return _delta_spark_changes(spark, ref, since, until)
 
 
-def _log_changes(spark: SparkSession, table_dir: str, since: int, until: int) -> TableChanges:
+def table_changes_sessionless(ref: str, since: int, until: int) -> TableChanges:
+    """:func:`table_changes` without a Spark session, as the embedded store finds them
+    (the local runner's nights): the commit files of a local table, else delta-rs'
+    snapshots."""
+    if since >= until:
+        raise ChangesUnknownError(f"events version {until} does not follow {since}")
+    local = local_path(ref)
+    if local is not None:
+        from pelengine.storage.deltalog import has_log
+
+        table_dir = os.path.abspath(local)
+        if has_log(table_dir):
+            return _log_changes(None, table_dir, since, until)
+    return _embedded_changes(ref, since, until)
+
+
+def _log_changes(
+    spark: SparkSession | None, table_dir: str, since: int, until: int
+) -> TableChanges:
     """:func:`table_changes` from the commit files of a local table (no Spark job).
 
     Appends and data-preserving rewrites (OPTIMIZE: ``dataChange`` false) only: the rows are
@@ -104,7 +122,7 @@ def _log_changes(spark: SparkSession, table_dir: str, since: int, until: int) ->
             f"{len(gone)} file(s) that events versions {versions} removed are gone from "
             f"storage (vacuumed), {gone[0]} among them: the rows they held cannot be compared"
         )
-    embedded = storage_mode(spark) == EMBEDDED
+    embedded = spark is None or storage_mode(spark) == EMBEDDED
     if embedded:
         from pelengine.storage.embedded import SCAN_ONLY_FEATURES
 

@@ -38,9 +38,19 @@ def table_exists(path: TableRef) -> bool:
     return open_table(_uri(path)) is not None
 
 
-def read_arrow(path: TableRef, columns: Sequence[str] | None = None) -> pa.Table:
-    """The current snapshot of the Delta table at ``path`` (only ``columns``, those of them
-    it has, when given) as one Arrow table, read as the embedded store reads it."""
+def read_arrow(
+    path: TableRef,
+    columns: Sequence[str] | None = None,
+    version: int | None = None,
+    files: Sequence[str] | None = None,
+) -> pa.Table:
+    """The current snapshot (or that of ``version``) of the Delta table at ``path`` (only
+    ``columns``, those of them it has, when given; only the rows of the data ``files``,
+    as its log names them, when given) as one Arrow table, read as the embedded store
+    reads it."""
+    import json
+    from urllib.parse import unquote
+
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
@@ -50,15 +60,17 @@ def read_arrow(path: TableRef, columns: Sequence[str] | None = None) -> pa.Table
         open_table,
         spark_schema_from_delta,
     )
+    from pelengine.storage.paths import FILES_OPTION
 
     uri = _uri(path)
-    table = open_table(uri)
+    table = open_table(uri, version)
     if table is None:
         raise DeltaStorageError(f"no Delta table at {uri}")
     schema = spark_schema_from_delta(table.schema().to_json())
     if columns is not None:
         schema = StructType([f for f in schema.fields if f.name in set(columns)])
-    reader = DeltaReader(uri, table.version(), schema, {})
+    options = {} if files is None else {FILES_OPTION: json.dumps([unquote(f) for f in files])}
+    reader = DeltaReader(uri, table.version(), schema, options)
     batches = [batch for part in reader.partitions() for batch in reader.read(part)]
     return pa.Table.from_batches(batches, schema=reader.target)
 
@@ -103,3 +115,93 @@ def table_version(path: TableRef) -> int | None:
 
     table = open_table(_uri(path))
     return None if table is None else int(table.version())
+
+
+def append_arrow(rows: pa.Table, path: TableRef) -> int:
+    """Append ``rows`` to the Delta table at ``path`` in one commit (none for no rows), as
+    the embedded store appends a night's history rows; returns the rows appended."""
+    from deltalake import write_deltalake
+
+    if rows.num_rows:
+        write_deltalake(_uri(path), rows, mode="append")
+    return rows.num_rows
+
+
+def replace_arrow(
+    rows: pa.Table,
+    path: TableRef,
+    keys: Sequence[str],
+    *,
+    where: str | None = None,
+    delete_keys: pa.Table | None = None,
+    null_safe: bool = False,
+) -> dict[str, int]:
+    """One commit on the Delta table at ``path`` (``storage.replace_rows`` of the embedded
+    store, from Arrow): delete its rows whose ``keys`` equal those of a row of ``rows``
+    or of ``delete_keys`` (with ``null_safe`` a null equals a null) and satisfy ``where``
+    (SQL over the target's columns, prefixed ``t.``); insert every row of ``rows``.
+    Nothing to delete or insert: no commit. Returns the rows inserted and deleted."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    keys = list(keys)
+    doomed = rows.select(keys)
+    if delete_keys is not None and delete_keys.num_rows:
+        doomed = pa.concat_tables([doomed, delete_keys.select(keys).cast(doomed.schema)])
+    if rows.num_rows == 0 and doomed.num_rows == 0:
+        return {"inserted": 0, "deleted": 0}
+    doomed = doomed.group_by(keys, use_threads=False).aggregate([])
+    m = doomed.num_rows
+    deletions = pa.table(
+        [doomed.column(f.name) if f.name in keys else pa.nulls(m, f.type) for f in rows.schema],
+        schema=rows.schema,
+    )
+    source = pa.concat_tables(
+        [
+            rows.append_column("_op", pa.repeat("insert", rows.num_rows).cast(pa.string())),
+            deletions.append_column("_op", pa.repeat("delete", m).cast(pa.string())),
+        ]
+    )
+    equal = "IS NOT DISTINCT FROM" if null_safe else "="
+    # each comparison in parentheses: DataFusion binds AND tighter than IS NOT DISTINCT FROM
+    match = " AND ".join(f"(t.`{k}` {equal} s.`{k}`)" for k in keys)
+    if where:
+        match += f" AND ({where})"
+    updates = {f"`{c}`": f"s.`{c}`" for c in rows.column_names}
+    metrics = (
+        DeltaTable(_uri(path))
+        .merge(
+            source, predicate=f"s._op = 'delete' AND {match}", source_alias="s", target_alias="t"
+        )
+        .when_matched_delete()
+        .when_not_matched_insert(updates=updates, predicate="s._op = 'insert'")
+        .execute()
+    )
+    return {
+        "inserted": int(metrics.get("num_target_rows_inserted") or 0),
+        "deleted": int(metrics.get("num_target_rows_deleted") or 0),
+    }
+
+
+def restore(path: TableRef, version: int) -> None:
+    """Put the Delta table at ``path`` back to ``version`` (one commit)."""
+    from deltalake import DeltaTable
+
+    DeltaTable(_uri(path)).restore(version)
+
+
+def check_writable(paths: Sequence[TableRef]) -> None:
+    """Refuse, before any work, the tables among ``paths`` delta-rs cannot write
+    (deletion vectors: ``storage.check_embedded_writes``'s one sentence)."""
+    from pelengine.storage.embedded import (
+        deletion_vectors_refusal,
+        open_table,
+        written_with_deletion_vectors,
+    )
+    from pelengine.storage.errors import StoreCannotWriteError
+
+    for path in paths:
+        uri = _uri(path)
+        table = open_table(uri)
+        if table is not None and written_with_deletion_vectors(table):
+            raise StoreCannotWriteError(deletion_vectors_refusal(uri))

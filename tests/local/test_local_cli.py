@@ -64,10 +64,34 @@ def test_a_cli_run_without_java_writes_what_the_readers_read(spark: Any, tmp_pat
     assert json.loads((out / "_run_report.json").read_text())["run_id"] == report["run_id"]
 
 
+def test_cli_nights_without_java_continue_the_state(tmp_path: Path) -> None:
+    """Two nights as a user runs them (``--runner local --incremental``, a child with no
+    ``java``): the first replays everything and saves the state, the second only the new
+    rows; the readers' ``_runs`` row names the state's version."""
+    log = _log(41, 500).to_pylist()
+    events, out = tmp_path / "events", tmp_path / "out"
+    argv = ("reconstruct", "--events", str(events), "--out", str(out), "--runner", "local")
+    reports = []
+    for first, rows in ((True, log[:350]), (False, log[350:])):
+        sessionless.write_arrow(
+            pa.Table.from_pylist(rows, schema=EVENTS_ARROW),
+            str(events),
+            EVENTS_SCHEMA,
+            "overwrite" if first else "append",
+        )
+        done = _local_cli(*argv, "--incremental", "--json")
+        assert done.returncode == 0, done.stderr[-3000:]
+        reports.append(json.loads(done.stdout))
+    modes = [r["incremental"]["mode"] for r in reports]
+    assert modes == ["full", "incremental"], modes
+    assert all((r["runner"], r["spark_jobs"]) == ("local", 0) for r in reports)
+    assert reports[1]["incremental"]["read"]["rows_new"] == len(log) - 350
+    assert reports[1]["tables"]["_state"] == sessionless.table_version(str(out / "_state"))
+
+
 @pytest.mark.parametrize(
     ("extra", "said"),
     [
-        (["--incremental"], "--runner local makes full runs"),
         (["--schema", "redis"], "--runner local writes tables by path"),
     ],
 )
