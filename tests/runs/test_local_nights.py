@@ -174,3 +174,56 @@ def test_the_local_runner_refuses_to_continue_what_it_cannot_write(tmp_path: Pat
     )
     with pytest.raises(StoreCannotWriteError, match="deletion vectors"):
         _night(None, events, out, "local")
+
+
+def test_a_killed_local_night_leaves_the_last_run_readable_and_a_rerun_completes_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A local night killed (SIGKILL, a CLI child) once it has merged rows into
+    ``delivery_counts`` and before its ``_runs`` row: the readers (pinned to the run
+    record) see the previous night alone; the next night puts the tables the dead one
+    moved back to the recorded versions, finishes, and leaves the tables of an
+    uninterrupted night."""
+    import shutil
+    import signal
+    import sys
+
+    from pelengine import storage
+    from tests.ingest.test_sessionless import _no_jvm_env
+    from tests.processes import killed_at
+
+    rows = _log(47, 20_000).to_pylist()
+    cut = len(rows) * 2 // 3
+    events, out, reference = tmp_path / "events", tmp_path / "out", tmp_path / "reference"
+    _append(events, rows[:cut], True)
+    first = _night(None, events, out, "local")
+    _append(events, rows[cut:], False)
+    shutil.copytree(out, reference)
+    uninterrupted = _night(None, events, reference, "local")
+    assert uninterrupted["incremental"]["mode"] == "incremental"
+
+    env = _no_jvm_env()
+    env.pop("PELENGINE_STORE")
+    argv = [str(Path(sys.executable).with_name("pelengine")), "reconstruct", "--runner"]
+    argv += ["local", "--incremental", "--events", str(events), "--out", str(out)]
+    code, seen = killed_at(argv, "wrote delivery_counts", env)
+    assert code == -signal.SIGKILL, f"the night ended before the kill ({code}): {seen[-5:]}"
+
+    recorded = storage.run_versions(str(out), spark)
+    assert recorded == first["tables"], "the killed night wrote no _runs row"
+    moved = [t for t in TABLES if (sessionless.table_version(str(out / t)) or 0) > recorded[t]]
+    assert "delivery_counts" in moved, moved
+    newest = storage.newest_run(spark, out)
+    assert newest is not None and newest["as_of_seq"] == first["as_of_seq"]
+    for name in ("pel", "groups"):
+        df = storage.read_output_table(spark, str(out), name, newest["tables"])
+        seen_as_of = {r[0] for r in df.select("as_of_seq").distinct().collect()}
+        assert seen_as_of <= {first["as_of_seq"]}, f"{name}: readers mix runs: {seen_as_of}"
+    print(f"killed after {moved} were committed; readers see night 1 alone")
+
+    rerun = _night(None, events, out, "local")
+    assert rerun["incremental"]["mode"] == "incremental"
+    assert rerun["as_of_seq"] == uninterrupted["as_of_seq"]
+    for name in (*OUTPUT_TABLES, "rejected_events"):
+        assert_same_rows(delta_rs_table(out / name), delta_rs_table(reference / name), what=name)
+    assert storage.run_versions(str(out), spark) == rerun["tables"]
