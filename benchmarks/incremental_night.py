@@ -15,8 +15,9 @@ CPU-seconds; the night after 5M within 1.5x of the night after 1M; the rows the 
 wrote to the history tables, from its commit metrics, <= 2x the rows that differ between
 the full tables before the night (the first run's, read at the versions its ``_runs`` row
 names) and after it (the full recomputation)) and writes them to ``--json``, with the
-store that ran (``PELENGINE_STORE=embedded`` for the embedded one). Not a test:
-``make bench-incremental``.
+store that ran (``PELENGINE_STORE=embedded`` for the embedded one). ``--runner local``
+times the local runner's runs instead (in this process, no JVM: the session only
+generates the events and compares the tables). Not a test: ``make bench-incremental``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def main() -> int:
     parser.add_argument("--json", default="benchmarks/results/incremental_night.json")
     parser.add_argument("--skip-compare", action="store_true")
     parser.add_argument("--conf", default="conf/bench.yaml", help="conf overlay (driver memory)")
+    parser.add_argument(
+        "--runner",
+        choices=("spark", "local"),
+        default="spark",
+        help="the runner of the timed runs (local: in this process, no JVM; the events are "
+        "then written by delta-rs, and Spark only generates and compares)",
+    )
     args = parser.parse_args()
 
     cpu = role_cpu()  # sets PYSPARK_PYTHON to its wrapper when it can count
@@ -73,7 +81,7 @@ def main() -> int:
     from pelengine.schemas import EVENTS_SCHEMA, HISTORY_TABLES, OUTPUT_TABLES
     from pelengine.session import build_session
     from pelengine.settings import Settings, load_config
-    from pelengine.storage import newest_run, read_table, storage_mode, write_table
+    from pelengine.storage import newest_run, read_table, sessionless, storage_mode, write_table
 
     def say(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -101,16 +109,26 @@ def main() -> int:
         step = 1_000_000
         for start in range(0, rows, step):
             part = table.slice(start, min(step, rows - start))
-            df = spark.createDataFrame(part, schema=EVENTS_SCHEMA)
-            write_table(df, path, "append" if start else "overwrite")
+            append(path, part, "append" if start else "overwrite")
             say(f"  wrote {start + part.num_rows:,}/{rows:,} history events")
         say(f"  history written in {time.monotonic() - t:.1f} s")
+
+    def append(path: str, part: Any, mode: str) -> None:
+        if args.runner == "local":  # the local runner's users write events with delta-rs
+            sessionless.write_arrow(part, path, EVENTS_SCHEMA, mode)
+        else:
+            write_table(spark.createDataFrame(part, schema=EVENTS_SCHEMA), path, mode)
 
     def timed(label: str, events: str, out: str, incremental: bool) -> dict[str, Any]:
         say(f"{label}: reconstruct{' --incremental' if incremental else ''}")
         t0, c0 = time.monotonic(), cpu.read()
+        local = args.runner == "local"
         report = run_reconstruct(
-            spark, events, out, Settings(incremental=incremental), lambda m: say("  " + m)
+            None if local else spark,
+            events,
+            out,
+            Settings(incremental=incremental, runner=args.runner),
+            lambda m: say("  " + m),
         )
         took, used = round(time.monotonic() - t0, 1), cpu.diff(c0, cpu.read())
         say(f"{label}: {took} s, CPU-s {used} {report.get('incremental', {})}")
@@ -134,7 +152,7 @@ def main() -> int:
         entry: dict[str, Any] = {"history_rows": rows}
         entry["first_run"] = timed(f"{name}: first run (full, saves state)", events, inc, True)
         before = dict((newest_run(spark, inc) or {}).get("tables") or {})
-        write_table(spark.createDataFrame(night, schema=EVENTS_SCHEMA), events, "append")
+        append(events, night, "append")
         entry["night"] = timed(f"{name}: incremental night", events, inc, True)
         if name == "big":
             full = os.path.join(work, "full_big")
@@ -198,7 +216,8 @@ def main() -> int:
         keys=args.keys,
         night_share=args.night,
         cores=os.cpu_count(),
-        store=storage_mode(spark),
+        store=storage_mode(spark) if args.runner == "spark" else "embedded (local runner)",
+        runner=args.runner,
     )
     print(json.dumps(figures, indent=2, default=str))
     for key, verdict in verdicts.items():

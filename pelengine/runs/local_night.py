@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from pelengine import storage
 from pelengine.engine.udf import _arrow_schema
 from pelengine.local.reconstruct import LocalCarry, LocalResult, reconstruct_local
+from pelengine.local.validate import conform_table
 from pelengine.model.persist import STATE_SCHEMA_VERSION
 from pelengine.pipeline.carry import HISTORY_KEYS, PEL_HISTORY_REPLACES
 from pelengine.pipeline.conform import InputContractError
@@ -294,12 +295,17 @@ def new_rows(
         f"events versions {versions}: {len(changes.added)} data file(s) added, "
         f"{len(changes.removed)} removed ({changes.how}); reading {changes.files_read}"
     )
-    inserted = _read_files(events_path, version, [f.path for f in changes.read_new])
-    gone = 0
-    new = inserted
-    if changes.read_old is not None:
-        deleted = _read_files(events_path, saved.events_version, [f.path for f in changes.read_old])
-        new, gone = _difference(inserted, deleted)
+    try:
+        inserted = _read_files(events_path, version, [f.path for f in changes.read_new])
+        gone = 0
+        new = inserted
+        if changes.read_old is not None:
+            old_files = [f.path for f in changes.read_old]
+            deleted = _read_files(events_path, saved.events_version, old_files)
+            new, gone = _difference(inserted, deleted)
+    except Exception as exc:  # a file the log names is gone, or cannot be read
+        why = f"the files the Delta log names could not be read: {_first_line(exc)}"
+        return None, why, {"from": "nothing (full replay)", "why": why}
     want = storage.expected_rows(changes.read_new)
     if want is not None and want != inserted.num_rows:
         why = (
@@ -308,11 +314,12 @@ def new_rows(
         )
         return None, why, {"from": "nothing (full replay)", "why": why}
     high = saved.high_seq
-    seq = new.column("seq") if "seq" in new.column_names else pa.nulls(new.num_rows, pa.int64())
     late = 0
     if high is not None and new.num_rows:
-        numbers = pc.cast(seq, pa.int64(), safe=False) if seq.type != pa.int64() else seq
-        late = int(pc.sum(pc.fill_null(pc.less_equal(numbers, high), False)).as_py() or 0)
+        conformed = conform_table(new).rows  # seqs as the contract reads them
+        assert conformed is not None
+        seq = conformed.column("seq")
+        late = int(pc.sum(pc.fill_null(pc.less_equal(seq, high), False)).as_py() or 0)
     read: dict[str, Any] = {
         "from": "delta log",
         "via": changes.how,
