@@ -72,8 +72,12 @@ TARGETS = {
     # fair floor (the floor plus writing the job's output rows with the same store)
     "job_spark_actions": ("<=", 6.0),
     "job_over_fair_floor": ("<=", 2.0),
+    # issue 34 (the local runner): <= 8 CPU-s per 1M events at 10M; <= 10 s for 1M (so
+    # <= 10 s per 1M events, judged at 1M)
+    "local_cpu_seconds_per_1m_events": ("<=", 8.0),
+    "local_seconds_per_1m_events": ("<=", 10.0),
 }
-STEPS = ("job", "job_warm", "floor", "write_floor", "engine", "redis")
+STEPS = ("job", "job_warm", "floor", "write_floor", "local", "engine", "redis")
 GENERATED_MARKER = "_bench_generated.json"
 RESP_MARKER = "commands.resp.json"
 RESP_FORMAT = 3  # bump when write_resp changes what it writes: cached RESP files are redone
@@ -934,6 +938,64 @@ class Bench:
             result["output_path"] = str(out)
         return result
 
+    # -- 4a. the local runner -----------------------------------------------------------
+
+    def step_local(self, events_path: str, size_label: str) -> dict[str, Any]:
+        """``reconstruct --runner local`` over the same events, as a user runs it: the
+        console script in a child process (one process, no JVM); its wall time, its
+        CPU-seconds (the kernel's count for the child, ``getrusage``), its peak resident
+        memory (polled every 0.2 s) and its report's stages."""
+        import resource
+
+        import psutil
+
+        out = Path(self.args.work_dir) / f"out-{size_label}-local-{os.getpid()}"
+        shutil.rmtree(out, ignore_errors=True)
+        argv = [str(Path(sys.executable).with_name("pelengine")), "reconstruct"]
+        argv += ["--runner", "local", "--events", events_path, "--out", str(out), "--json"]
+        argv += ["--redis-version", str(self.rec.profile)]
+        argv += ["--stream-node-max-entries", str(self.rec.node_max_entries)]
+        argv += ["--stream-node-max-bytes", str(self.rec.node_max_bytes)]
+        if self.args.engine != "auto":
+            argv += ["--engine", self.args.engine]
+        say(f"step local: {' '.join(argv[1:])}")
+        self.sampler.begin("local")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.monotonic()
+        peak = 0
+        try:
+            child = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            watched = psutil.Process(child.pid)
+            while child.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    peak = max(peak, watched.memory_info().rss)
+                time.sleep(0.2)
+            stdout, stderr = child.communicate()
+        finally:
+            took = time.monotonic() - t
+            mem = self.sampler.end()
+        mem["local_runner_peak_rss"] = gb(peak)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        shutil.rmtree(out, ignore_errors=True)
+        if child.returncode != 0:
+            raise RuntimeError(f"the local runner exited {child.returncode}: {stderr[-2000:]}")
+        report = json.loads(stdout)
+        ev = report.get("events", {})
+        say(f"step local: {took:.1f} s, {cpu:.1f} CPU-s, stages {report.get('timings_s')}")
+        return {
+            "status": "ok",
+            "seconds": round(took, 3),
+            "cpu_seconds": round(cpu, 3),
+            "engine": report.get("engine"),
+            "timings_s": report.get("timings_s"),
+            "events": {k: ev.get(k) for k in ("read", "valid", "applied", "ignored", "failed")},
+            "output_rows": report.get("output", {}).get("rows"),
+            "memory": mem,
+        }
+
     # -- 4b. write floor --------------------------------------------------------------
 
     def step_write_floor(self) -> dict[str, Any]:
@@ -1283,6 +1345,7 @@ class Bench:
                 "job_warm": lambda: self.step_job(path, size_label, "job_warm"),
                 "floor": lambda: self.step_floor(path),
                 "write_floor": self.step_write_floor,
+                "local": lambda: self.step_local(path, size_label),
                 "engine": lambda: self.step_engine(path),
                 "redis": lambda: self.step_redis(path),
             }
@@ -1451,6 +1514,15 @@ def ratios(steps: dict[str, dict[str, Any]]) -> dict[str, Any]:
     written = _seconds(steps.get("write_floor", {}))
     values["job_over_fair_floor"] = job / (floor + written) if job and floor and written else None
     values["redis_over_job"] = redis / job if redis and job else None
+    local = steps.get("local", {})
+    local_read = (local.get("events") or {}).get("read")
+    local_cpu = local.get("cpu_seconds")
+    values["local_cpu_seconds_per_1m_events"] = (
+        local_cpu / local_read * 1e6 if local.get("status") == "ok" and local_read else None
+    )
+    values["local_seconds_per_1m_events"] = (
+        _seconds(local) / local_read * 1e6 if local.get("status") == "ok" and local_read else None
+    )
     values["engine_events_per_s_per_core"] = (
         float(engine["events_per_s_per_core"])
         if engine.get("status") == "ok" and engine.get("events_per_s_per_core")
@@ -1538,6 +1610,16 @@ def print_size(result: dict[str, Any], out: Any) -> None:
             )
         )
     w("\n")
+    local = steps.get("local", {})
+    w(f"  local runner         {_fmt_s(local)}")
+    if local.get("status") == "ok":
+        mem = local.get("memory") or {}
+        w(
+            f"   {local['cpu_seconds']:.1f} CPU-s, one process, no JVM; peak RSS "
+            f"{mem.get('local_runner_peak_rss', '-')} GiB; "
+            f"stages {local.get('timings_s')}"
+        )
+    w("\n")
     engine = steps.get("engine", {})
     if engine.get("status") == "ok":
         w(
@@ -1594,6 +1676,8 @@ def print_size(result: dict[str, Any], out: Any) -> None:
         "job_over_floor_native": "job / floor (issue 16)",
         "job_spark_actions": "Spark actions per full run",
         "job_over_fair_floor": "job / fair floor (issue 34)",
+        "local_cpu_seconds_per_1m_events": "local runner CPU-s per 1M",
+        "local_seconds_per_1m_events": "local runner s per 1M",
     }
     for key, r in result["ratios"].items():
         value = "-" if r["value"] is None else f"{r['value']:,}"
