@@ -227,3 +227,19 @@ def test_a_killed_local_night_leaves_the_last_run_readable_and_a_rerun_completes
     for name in (*OUTPUT_TABLES, "rejected_events"):
         assert_same_rows(delta_rs_table(out / name), delta_rs_table(reference / name), what=name)
     assert storage.run_versions(str(out), spark) == rerun["tables"]
+
+
+def test_local_nights_with_the_python_engine_equal_a_full_run(tmp_path: Path) -> None:
+    """The Python engine (the reference) continues saved states on the local runner too."""
+    rows = _with_blocking(list(generate_events(700, 4, seed=13)), 13)
+    events, out, full = tmp_path / "events", tmp_path / "out", tmp_path / "full"
+    modes = []
+    for first, part in ((True, rows[:300]), (False, rows[300:500]), (False, rows[500:])):
+        _append(events, part, first)
+        report = _night(None, events, out, "local", engine="python")
+        assert report["engine"] == "python"
+        modes.append(report["incremental"]["mode"])
+    assert modes == ["full", "incremental", "incremental"], modes
+    run_reconstruct(None, str(events), str(full), Settings(runner="local"))
+    for name in (*OUTPUT_TABLES, "rejected_events"):
+        assert_same_rows(delta_rs_table(full / name), delta_rs_table(out / name), what=name)
