@@ -39,9 +39,15 @@ TABLES = (*OUTPUT_TABLES, "rejected_events", STATE_TABLE)
 #: more seeds: PELENGINE_INCREMENTAL_SEEDS=23,5,... (as tests/runs/test_incremental.py)
 SEEDS = [int(s) for s in os.environ.get("PELENGINE_INCREMENTAL_SEEDS", "23").split(",")]
 #: the mixed nights' cases; PELENGINE_TEST_HEAVY=1 adds more
-MIXED = [(41, "7.0", "local"), (42, "7.2", "spark")]
+#: (4 nights: local, spark, local, spark: each runner continues the other's state)
+MIXED = [(42, "7.2", "local")]
 if os.environ.get("PELENGINE_TEST_HEAVY") == "1":
-    MIXED += [(43, "7.2", "local"), (44, "7.0", "spark"), (45, "7.4", "local")]
+    MIXED += [
+        (41, "7.0", "local"),
+        (43, "7.2", "spark"),
+        (44, "7.0", "spark"),
+        (45, "7.4", "local"),
+    ]
 
 
 def _append(events: Path, rows: list[dict[str, Any]], first: bool) -> None:
