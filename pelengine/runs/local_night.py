@@ -406,6 +406,7 @@ def _write_full(
         {**options, "overwriteSchema": "true"},
     )
     seconds[STATE_TABLE] = round(time.monotonic() - started, 3)
+    progress(f"wrote the state: {state.num_rows:,} rows in {seconds[STATE_TABLE]:.1f} s")
     return rows
 
 
@@ -494,10 +495,14 @@ def _write_night(
         [{"kind": "family", "db": db, "family": family} for (db, family) in renamed],
         schema=pa.schema([STATE_ROWS.field(c) for c in ("kind", "db", "family")]),
     )
-    sessionless.replace_arrow(
+    done = sessionless.replace_arrow(
         fresh, path, ("kind", "db", "family"), delete_keys=gone, null_safe=True
     )
     seconds[STATE_TABLE] = round(time.monotonic() - started, 3)
+    progress(
+        f"wrote the state: {done['inserted']:,} rows added or changed, {done['deleted']:,} "
+        f"replaced in {seconds[STATE_TABLE]:.1f} s"
+    )
     return rows
 
 

@@ -115,7 +115,7 @@ def test_local_nights_equal_one_full_run(spark: SparkSession, tmp_path: Path, se
 def test_nights_of_both_runners_continue_each_other(
     spark: SparkSession, tmp_path: Path, seed: int, profile: str, first: str
 ) -> None:
-    log = _log(seed).to_pylist()
+    log = _log(seed, 600).to_pylist()
     rng = random.Random(seed)
     cuts = sorted(rng.sample(range(50, len(log) - 50), 3)) + [len(log)]
     runners = ["local", "spark"] if first == "local" else ["spark", "local"]
