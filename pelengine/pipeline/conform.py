@@ -306,6 +306,35 @@ def retag_shared(tagged: DataFrame) -> DataFrame | None:
     return others.unionByName(tag_rejected(sharing, shared=True).select(*columns))
 
 
+#: at most this many rows sharing seqs are tagged again and brought to the driver by
+#: :func:`retag_shared_rows`; with more, the caller caches the re-tagged events
+SHARED_ROWS_COLLECTED = 100_000
+
+
+def retag_shared_rows(spark: SparkSession, tagged: DataFrame) -> tuple[DataFrame | None, bool]:
+    """:func:`retag_shared` without a second materialization of the events: when the rows
+    sharing a seq are few (seqs named in a filter, at most :data:`SHARED_ROWS_COLLECTED`
+    rows), they are tagged again in one action and brought to the driver, and the result is
+    ``tagged`` less those rows plus them as a local relation (a cheap projection of
+    ``tagged``'s cache). Returns (the re-tagged events or None when no seq is shared,
+    whether the caller should cache them: True only when the rows were too many to
+    collect)."""
+    found = shared_seqs(tagged).limit(SHARED_SEQS_LISTED + 1).collect()
+    if not found:
+        return None, False
+    if len(found) > SHARED_SEQS_LISTED:
+        return retag_shared(tagged), True
+    columns = tagged.columns
+    is_shared = F.coalesce(F.col("seq").isin([row["seq"] for row in found]), F.lit(False))
+    others = tagged.filter(~is_shared)
+    retagged = tag_rejected(tagged.filter(is_shared).drop("reason"), shared=True)
+    retagged = retagged.select(*columns)
+    rows = retagged.limit(SHARED_ROWS_COLLECTED + 1).toArrow()
+    if rows.num_rows > SHARED_ROWS_COLLECTED:
+        return others.unionByName(retagged), True
+    return others.unionByName(spark.createDataFrame(rows, schema=tagged.schema)), False
+
+
 def split_tagged(tagged: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(valid, rejected) of rows :func:`tag_rejected` tagged."""
     valid = tagged.filter(F.col("reason").isNull()).drop("reason", CAST_REASON)

@@ -27,7 +27,7 @@ from pelengine.pipeline.conform import (
     conform_events,
     cut_as_of,
     resolve_db,
-    retag_shared,
+    retag_shared_rows,
     split_tagged,
     tag_rejected,
     tagged_facts,
@@ -128,8 +128,12 @@ def reconstruct(
     # as many partitions as the run's parallelism, not one per file of the events table:
     # every stage before the replay's shuffle (the router UDF among them) runs per partition
     tagged = _persist(tag_rejected(conformed.coalesce(partitions), shared=False), persisted)
-    retagged = retag_shared(tagged)
-    if retagged is not None:  # rows sharing a seq: compared whole, only they are shuffled
+    # rows sharing a seq: compared whole, only they are shuffled; few, they join the
+    # cached rows from the driver, else the re-tagged events are cached in their place
+    retagged, recache = retag_shared_rows(spark, tagged)
+    if retagged is not None and not recache:
+        tagged = retagged
+    elif retagged is not None:
         first = tagged
         tagged = _persist(retagged, persisted)
         tagged.count()  # built from the first cache, which can then go

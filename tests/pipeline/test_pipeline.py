@@ -178,11 +178,16 @@ def test_rejected_rows_keep_their_reason(workload: list[dict[str, Any]], job: An
     assert all(r["reason"] for r in rejected)
 
 
-@pytest.mark.parametrize("listed", [10_000, 0], ids=["seqs-in-a-filter", "seqs-joined"])
+@pytest.mark.parametrize(
+    ("listed", "collected"),
+    [(10_000, 100_000), (10_000, 1), (0, 100_000)],
+    ids=["rows-from-the-driver", "seqs-in-a-filter-cached", "seqs-joined"],
+)
 def test_identical_duplicate_rows_keep_one(
-    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, listed: int
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, listed: int, collected: int
 ) -> None:
     monkeypatch.setattr(conform, "SHARED_SEQS_LISTED", listed)
+    monkeypatch.setattr(conform, "SHARED_ROWS_COLLECTED", collected)
     row = {"seq": 1, "ts_ms": 5, "argv": ["XADD", "k", "1-1", "f", "v"], "db": 0}
     other = {"seq": 2, "ts_ms": 6, "argv": ["XADD", "k", "2-1", "f", "v"], "db": 0}
     clash = {"seq": 2, "ts_ms": 6, "argv": ["XADD", "k", "3-1", "f", "v"], "db": 0}
