@@ -6,8 +6,10 @@ of the report. (Incremental runs carry the rows of the families they did not rep
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -99,6 +101,51 @@ def merge_delivery_segments(segments: DataFrame, incarnations: DataFrame) -> Dat
         *flag,
     )
     return out.select(*TABLE_COLUMNS["delivery_counts"], *flag)
+
+
+#: the replay's tables :func:`merged_in_partitions` reads
+MERGED_FROM = ("delivery_segments", "group_incarnations")
+#: the most rows of one batch :func:`merge_partition` returns
+MERGED_BATCH_ROWS = 65_536
+
+
+def merged_in_partitions(replayed: DataFrame) -> DataFrame:
+    """``delivery_counts`` of a full run straight from the replay's packed output
+    (``replay_stage``), partition by partition, with no shuffle: every segment of an entry
+    and the row of its group's incarnation come out of the replay of one family, so out of
+    one partition of the replay's output; each partition merges its own by the model's
+    rules (:func:`merge_partition`). Not for a night (its previous rows join the segments
+    from elsewhere) nor for families split by group (their units replay apart):
+    :func:`merge_delivery_segments` merges those."""
+    from pelengine.schemas import table_schema
+
+    packed = replayed.filter(F.col("table").isin(*MERGED_FROM))
+    return packed.mapInArrow(merge_partition, table_schema("delivery_counts"))
+
+
+def merge_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``delivery_counts`` rows of one partition of the replay's packed output: its
+    delivery segments and group incarnations unpacked, then merged as the local runner
+    merges them (``local.replay.delivery_counts``, proven equal to
+    :func:`merge_delivery_segments`)."""
+    from pelengine.engine.udf import _arrow_schema, unpack_payloads
+    from pelengine.local.replay import delivery_counts
+    from pelengine.schemas import REPLAY_TABLE_SCHEMAS, table_schema
+
+    schemas = {name: _arrow_schema(REPLAY_TABLE_SCHEMAS[name]) for name in MERGED_FROM}
+    tables: dict[str, list[pa.RecordBatch]] = {name: [] for name in MERGED_FROM}
+    for batch in batches:
+        names = batch.column("table").to_pylist()
+        payloads = batch.column("payload")
+        for name in MERGED_FROM:
+            at = [i for i, n in enumerate(names) if n == name]
+            if at:
+                taken = payloads.take(pa.array(at, pa.int64()))
+                tables[name].extend(unpack_payloads(taken, schemas[name]))
+    if not tables["delivery_segments"]:
+        return
+    merged = delivery_counts(tables, _arrow_schema(table_schema("delivery_counts")))
+    yield from merged.to_batches(max_chunksize=MERGED_BATCH_ROWS)
 
 
 def report_facts(

@@ -21,7 +21,12 @@ from pyspark.sql.types import (
 from pelengine.engine.native import resolve_engine
 from pelengine.engine.outcomes import replay_report
 from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
-from pelengine.pipeline.assemble import merge_delivery_segments, output_table, report_facts
+from pelengine.pipeline.assemble import (
+    merge_delivery_segments,
+    merged_in_partitions,
+    output_table,
+    report_facts,
+)
 from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename_families
 from pelengine.pipeline.conform import (
     conform_events,
@@ -294,7 +299,10 @@ def reconstruct(
             states = states.withColumn("replayed", F.lit(True)).unionByName(untouched)
             # saved families merged into others by new events: their rows go
             carried["renamed"] = dict(renamed)
-    if carry is None:
+    if carry is None and not unit_groups:
+        # each partition of the replay output holds whole families: merged where they are
+        tables["delivery_counts"] = merged_in_partitions(replayed)
+    elif carry is None:
         tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)
     result = ReconstructResult(
         tables,
