@@ -55,6 +55,7 @@ from pelengine.pipeline.units import (
     EXEC_UNIT,
     mark_units,
     open_units_after,
+    planned_units,
 )
 from pelengine.progress import Laps, Progress, quiet
 from pelengine.schemas import (
@@ -203,9 +204,9 @@ def reconstruct(
         carry is not None and carry.waits or routed_seen.blocking
     ):
         # 7.0 with blocking reads: their units, for the family replays
-        routed = _persist(
-            mark_units(routed.drop(EXEC_UNIT), times=False, present=present), persisted
-        )
+        marked, wide = planned_units(routed.drop(EXEC_UNIT), times=False, present=present)
+        # a cheap projection of the routed rows when few rows are inside a transaction
+        routed = _persist(marked, persisted) if wide else marked
     old_waits = [(c, db, renamed.get((db, f), f)) for c, db, f in (carry.waits if carry else [])]
     rows = fan_out(
         routed,

@@ -32,6 +32,11 @@ def is_lua_row() -> Column:
     return F.coalesce(F.col("client") == F.lit(LUA_CLIENT), F.lit(False))
 
 
+#: at most this many rows inside a transaction are found by a narrow pass and joined
+#: back from the driver (:func:`planned_units`); with more, the window runs over the rows
+NARROW_UNIT_ROWS = 500_000
+
+
 def mark_units(
     events: DataFrame,
     open_units: dict[str, int | None] | None = None,
@@ -39,7 +44,20 @@ def mark_units(
     times: bool,
     present: tuple[bool, bool] | None = None,
 ) -> DataFrame:
-    """``events`` with ``exec_unit``: the execution unit each command ran in (null: none).
+    """``events`` with ``exec_unit`` (:func:`planned_units`, whichever way it marks them)."""
+    return planned_units(events, open_units, times=times, present=present)[0]
+
+
+def planned_units(
+    events: DataFrame,
+    open_units: dict[str, int | None] | None = None,
+    *,
+    times: bool,
+    present: tuple[bool, bool] | None = None,
+) -> tuple[DataFrame, bool]:
+    """(``events`` with ``exec_unit``, whether it is worth caching: a window or a join
+    over every row is in its plan), where ``exec_unit`` is the execution unit each
+    command ran in (null: none).
 
     The same units as the model's (``Replayer._place``): what one client (``client``;
     null for an AOF's single stream) sends between MULTI and EXEC/DISCARD, named by the
@@ -57,8 +75,12 @@ def mark_units(
     ``present``: whether ``events`` hold a MULTI row and a ``lua`` row, when the caller
     counted them already (else two probes count them here).
 
-    Costs: a window per client when the log has MULTI rows; one over the global order
-    of (seq, two flags), joined back by seq, only when it has ``lua`` rows.
+    Costs: when the log has MULTI rows, a window per client over four narrow columns
+    (client, seq, two flags) in one action, whose rows inside a transaction (at most
+    :data:`NARROW_UNIT_ROWS`) come back from the driver through a broadcast join; with
+    more of them (or units a previous run left open) the window runs over the rows
+    themselves. When it has ``lua`` rows, one over the global order of (seq, two flags),
+    joined back by seq; on 7.2+ (``times``) one per unit.
     """
     name = F.upper(F.get(F.col("argv"), 0))
     is_lua = is_lua_row()
@@ -69,11 +91,16 @@ def mark_units(
         )
     has_multi, has_lua = bool(open_units) or present[0], present[1]
     if not (has_multi or has_lua):
-        return events.withColumn(EXEC_UNIT, F.lit(None).cast(LongType()))
+        return events.withColumn(EXEC_UNIT, F.lit(None).cast(LongType())), False
     columns = events.columns
     df = events.unionByName(_open_unit_rows(events, open_units)) if open_units else events
     multi: Any = F.lit(None).cast(LongType())
-    if has_multi:
+    inside_rows = None if open_units or not has_multi else _inside_transactions(events)
+    wide = has_lua or times or (has_multi and inside_rows is None)
+    if inside_rows is not None:
+        df = df.join(F.broadcast(inside_rows), "seq", "left")
+        multi = F.col("_multi")
+    elif has_multi:
         by_client = Window.partitionBy(F.coalesce(F.col("client"), F.lit(""))).orderBy("seq")
         upto = by_client.rowsBetween(Window.unboundedPreceding, Window.currentRow)
         opened = F.last(F.when(name == "MULTI", F.col("seq")), ignorenulls=True).over(upto)
@@ -111,7 +138,39 @@ def mark_units(
         )
     if open_units:
         df = df.filter(F.col("seq") > _SYNTHETIC_SEQ + 1)
-    return df.select(*columns, EXEC_UNIT)
+    return df.select(*columns, EXEC_UNIT), wide
+
+
+def _inside_transactions(events: DataFrame) -> DataFrame | None:
+    """(``seq``, ``_multi``) of every row of ``events`` inside a transaction (``_multi``: the
+    seq of its MULTI), found by the window per client over narrow columns, as a local
+    relation; None when there are more than :data:`NARROW_UNIT_ROWS` of them. The rows'
+    seqs are unique (the valid rows': rows sharing one were rejected or kept once)."""
+    name = F.upper(F.get(F.col("argv"), 0))
+    narrow = events.select(
+        F.coalesce(F.col("client"), F.lit("")).alias("_c"),
+        "seq",
+        (name == "MULTI").alias("_m"),
+        name.isin("EXEC", "DISCARD").alias("_x"),
+    )
+    upto = (
+        Window.partitionBy("_c")
+        .orderBy("seq")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    opened = F.last(F.when(F.col("_m"), F.col("seq")), ignorenulls=True).over(upto)
+    closed = F.last(F.when(F.col("_x"), F.col("seq")), ignorenulls=True).over(upto)
+    inside = ~F.col("_m") & opened.isNotNull() & (opened > F.coalesce(closed, F.lit(-1)))
+    found = (
+        narrow.select("seq", F.when(inside, opened).alias("_multi"))
+        .filter(F.col("_multi").isNotNull())
+        .limit(NARROW_UNIT_ROWS + 1)
+        .toArrow()
+    )
+    if found.num_rows > NARROW_UNIT_ROWS:
+        return None
+    schema = "seq long, _multi long"
+    return events.sparkSession.createDataFrame(found, schema=schema)
 
 
 def _open_unit_rows(valid: DataFrame, open_units: dict[str, int | None]) -> DataFrame:

@@ -213,14 +213,23 @@ def test_a_local_run_writes_the_tables_the_report_and_the_run_record(
     assert again["tables"] == report["tables"], "a re-run with the same txn version wrote"
 
 
+@pytest.mark.parametrize("narrow", [True, False], ids=["narrow-pass", "window-over-rows"])
 @pytest.mark.parametrize("times", [True, False], ids=["unit-time", "live-clock"])
-def test_execution_units_equal_the_spark_stage(spark: Any, times: bool) -> None:
+def test_execution_units_equal_the_spark_stage(
+    spark: Any, monkeypatch: pytest.MonkeyPatch, times: bool, narrow: bool
+) -> None:
     """Units (and on 7.2+ their times) of a log that interleaves transactions, scripts and
     their ``lua`` rows of several clients at random, with unmatched EXEC/DISCARD, a
-    MULTI inside a MULTI, ``lua`` rows first and clients without a name."""
+    MULTI inside a MULTI, ``lua`` rows first and clients without a name; the rows inside
+    transactions found by the narrow pass, and (too many for it) by the window over the
+    rows."""
     from pelengine.local.prepare import unit_columns
     from pelengine.local.validate import command_names
+    from pelengine.pipeline import units
     from pelengine.pipeline.units import mark_units
+
+    if not narrow:
+        monkeypatch.setattr(units, "NARROW_UNIT_ROWS", 0)
 
     rng = random.Random(5)
     names = ["MULTI", "EXEC", "DISCARD", "EVAL", "FCALL", "XADD", "PING", "XACK"]
