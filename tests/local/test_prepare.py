@@ -9,7 +9,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from pelengine.local.prepare import _first_of_each, string_rank
+from pelengine.local.prepare import TAKE_SPLIT_ROWS, _first_of_each, string_rank, take_rows
 
 ALPHABET = ["a", "b", "ab", "", "é", "\x00", "\x01", "\x02", "\x03", "\x01\x03", "a\x01", "Z"]
 
@@ -59,3 +59,22 @@ def test_the_first_row_of_each_distinct_argv_in_row_order(seed: int) -> None:
             seen.add(identity)
             expected.append(row["i"])
     assert _first_of_each(table.slice(0)).column("i").to_pylist() == expected
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("extra", [-1, 7], ids=["one-take", "split"])
+def test_rows_taken_in_parts_are_the_rows_in_their_order(workers: int, extra: int) -> None:
+    """``take_rows`` gives what one ``take`` gives: the rows, repeated ones too, in the
+    order asked, from indices in several chunks, whether it splits them or not."""
+    n = TAKE_SPLIT_ROWS + extra
+    rng = random.Random(workers)
+    table = pa.table(
+        {"seq": pa.array(range(n), pa.int64()), "argv": [["XADD", f"k{i % 97}"] for i in range(n)]}
+    )
+    order = [rng.randrange(n) for _ in range(n)]
+    rows = pa.chunked_array(
+        [pa.array(order[:1234], pa.int64()), pa.array(order[1234:], pa.int64())]
+    )
+    got = take_rows(table, rows, workers)
+    assert got.num_rows == n
+    assert got.to_pylist() == table.take(rows).to_pylist()
