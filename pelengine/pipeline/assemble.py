@@ -7,6 +7,7 @@ of the report. (Incremental runs carry the rows of the families they did not rep
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -148,31 +149,68 @@ def merge_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
     yield from merged.to_batches(max_chunksize=MERGED_BATCH_ROWS)
 
 
+@dataclass(frozen=True)
+class ReplayFacts:
+    """What :func:`report_facts` gives back besides the report's counts: the families the
+    replay kept a state for (a night's), and the most bytes of packed delivery segments
+    one partition of the replay's output holds (what :func:`merged_in_partitions` would
+    hold in one Python worker)."""
+
+    families: list[tuple[int, str]]
+    segment_bytes: int
+
+
+#: the most bytes of packed delivery segments one partition may hold for
+#: :func:`merged_in_partitions` (its Python worker holds them, about three times over, while
+#: it merges); with more, the segments are merged in SQL (the JVM streams and spills)
+MERGE_IN_PARTITION_BYTES = 128 * 1024 * 1024
+
+
 def report_facts(
     routed: DataFrame, replayed: DataFrame, report: dict[str, Any], *, families: bool = False
-) -> list[tuple[int, str]]:
+) -> ReplayFacts:
     """The report's outcome counts (:func:`engine.outcomes.count_outcomes`) and its
     ``starting_state`` (:func:`engine.outcomes.starting_state`), from one Spark action: the
     four small aggregates they read, unioned under a ``part`` column and collected together.
     With ``families`` (a night) the same action also gives the ``(db, family)`` of every
-    family the replay kept a state for (the families it replayed), returned; else none."""
+    family the replay kept a state for (the families it replayed), returned; else none.
+    It also measures the packed delivery segments of each partition (their bytes, the
+    largest returned)."""
+    pid = F.spark_partition_id()
+    segment_bytes = (
+        replayed.filter(F.col("table") == "delivery_segments")
+        .groupBy(pid.alias("pid"))
+        .agg(F.sum(F.length("payload")).alias("bytes"))
+        .agg(F.max("bytes").alias("n"))
+    )
     parts = [
         _aggregate_part("pre", _pre_outcomes(routed)),
         _aggregate_part("stats", _replay_stats(replayed)),
         _aggregate_part("outcome", _fan_out_outcomes(routed, replayed)),
         _aggregate_part("load", _loads(routed)),
+        _aggregate_part("segment_bytes", segment_bytes),
     ]
     if families:
         parts.append(_aggregate_part("family", replayed_table(replayed, "state")))
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    rows: dict[str, list[Any]] = {"pre": [], "stats": [], "outcome": [], "load": [], "family": []}
+    rows: dict[str, list[Any]] = {
+        "pre": [],
+        "stats": [],
+        "outcome": [],
+        "load": [],
+        "family": [],
+        "segment_bytes": [],
+    }
     for row in union.collect():
         rows[row["part"]].append(row)
     count_outcomes(rows["pre"], rows["stats"], rows["outcome"], report)
     report["starting_state"] = starting_state(rows["load"])
-    return [(int(r["db"]), str(r["family"])) for r in rows["family"]]
+    return ReplayFacts(
+        families=[(int(r["db"]), str(r["family"])) for r in rows["family"]],
+        segment_bytes=max((int(r["n"] or 0) for r in rows["segment_bytes"]), default=0),
+    )
 
 
 #: the columns every part of :func:`report_facts`'s union has (null where a part has none)

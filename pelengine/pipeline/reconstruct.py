@@ -21,6 +21,7 @@ from pyspark.sql.types import (
 from pelengine.engine.native import resolve_engine
 from pelengine.engine.outcomes import replay_report
 from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
+from pelengine.pipeline import assemble
 from pelengine.pipeline.assemble import (
     merge_delivery_segments,
     merged_in_partitions,
@@ -282,7 +283,8 @@ def reconstruct(
         }
     # one action: the report's counts, and on a night the families the replay kept a state
     # for (the replayed families every carried table and the state leave out)
-    replayed_keys = report_facts(routed, replayed, report, families=carry is not None)
+    replay_facts = report_facts(routed, replayed, report, families=carry is not None)
+    replayed_keys = replay_facts.families
     tables = {name: output_table(name, replayed_table(replayed, name)) for name in OUTPUT_TABLES}
     segments = replayed_table(replayed, "delivery_segments").select(*SEGMENT_COLUMNS)
     incarnations = replayed_table(replayed, "group_incarnations").select(*INCARNATION_COLUMNS)
@@ -316,8 +318,10 @@ def reconstruct(
             states = states.withColumn("replayed", F.lit(True)).unionByName(untouched)
             # saved families merged into others by new events: their rows go
             carried["renamed"] = dict(renamed)
-    if carry is None and not unit_groups:
+    in_partitions = replay_facts.segment_bytes <= assemble.MERGE_IN_PARTITION_BYTES
+    if carry is None and not unit_groups and in_partitions:
         # each partition of the replay output holds whole families: merged where they are
+        # (when no partition holds more segments than a Python worker should)
         tables["delivery_counts"] = merged_in_partitions(replayed)
     elif carry is None:
         tables["delivery_counts"] = merge_delivery_segments(segments, incarnations)

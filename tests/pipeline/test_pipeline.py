@@ -26,6 +26,7 @@ from pelengine.pipeline.reconstruct import reconstruct
 from pelengine.pipeline.replay import (
     ReplayPlanError,
     check_replay_plan,
+    physical_plan,
     replay_stage,
     replayed_table,
 )
@@ -648,3 +649,32 @@ def test_split_by_group_equals_one_replay(spark: SparkSession, partitions: int) 
     assert events_report["valid"] == len(_valid(rows))
     assert sum(events_report["by_command"].values()) == len(_valid(rows))
     result.unpersist()
+
+
+@pytest.mark.parametrize("budget", [0, 1 << 40], ids=["merged-in-sql", "merged-in-partitions"])
+def test_delivery_counts_merge_either_way(
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+    workload: list[dict[str, Any]],
+    budget: int,
+) -> None:
+    """A full run merges the delivery segments in each partition of the replay output
+    while no partition holds more than ``MERGE_IN_PARTITION_BYTES`` of them, else in SQL;
+    either way the rows are those of one replay of the log."""
+    from pelengine.pipeline import assemble
+
+    monkeypatch.setattr(assemble, "MERGE_IN_PARTITION_BYTES", budget)
+    events = spark.createDataFrame(workload, EVENTS_SCHEMA)
+    result = reconstruct(spark, events, Settings(engine="native"))
+    try:
+        plan = physical_plan(result.tables["delivery_counts"]) or ""
+        assert ("merge_partition" in plan) == (budget > 0), plan
+        expected = _expected(spark, _valid(workload))["delivery_counts"]
+        assert_df_equality(
+            result.tables["delivery_counts"].select(*expected.columns),
+            expected,
+            ignore_row_order=True,
+            ignore_nullable=True,
+        )
+    finally:
+        result.unpersist()
