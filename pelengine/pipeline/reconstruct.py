@@ -46,11 +46,8 @@ from pelengine.pipeline.replay import (
     without_state,
 )
 from pelengine.pipeline.route import (
-    BUCKETS_PER_PARTITION,
-    LARGE_SHARE,
     family_map,
     fan_out,
-    placement,
     route_events,
     routed_facts,
     split_by_group,
@@ -203,13 +200,7 @@ def reconstruct(
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = rename_families(states_in, renamed)
     routed = _persist(route_events(spark, valid, settings, families, engine=engine), persisted)
-    # one action: blocking reads, flushes, and the families' sizes (for their placement)
-    sized = partitions > 1
-    routed_seen = routed_facts(
-        routed,
-        max(1, int(LARGE_SHARE * n_valid / partitions)) if sized else None,
-        partitions * BUCKETS_PER_PARTITION if sized else 0,
-    )
+    routed_seen = routed_facts(routed)  # one action: blocking reads, flushes
     if not chosen.unit_time_snapshot and (
         carry is not None and carry.waits or routed_seen.blocking
     ):
@@ -243,7 +234,6 @@ def reconstruct(
         if split_stats["families_split"]
         else "",
     )
-    placed = placement(routed_seen, partitions) if not unit_groups else None
     progress(f"replaying through the {profile} model ({engine} engine) in {partitions} partitions")
     # DISK_ONLY: the replay output (every history row) is the largest thing cached; a
     # MEMORY_AND_DISK block spilled to disk is read back into the heap whole, and a block
@@ -260,7 +250,6 @@ def reconstruct(
             unit_groups=unit_groups,
             engine=engine,
             check=False,
-            placement=placed,
         ),
         persisted,
         StorageLevel.DISK_ONLY,
@@ -276,11 +265,6 @@ def reconstruct(
         {"valid": n_valid, "rejected_by_reason": rejected_by_reason},
         timings,
     )
-    if placed is not None:
-        report["placement"] = {
-            "large_families": len(placed.families),
-            "rows_per_partition": placed.loads,
-        }
     # one action: the report's counts, and on a night the families the replay kept a state
     # for (the replayed families every carried table and the state leave out)
     replay_facts = report_facts(routed, replayed, report, families=carry is not None)

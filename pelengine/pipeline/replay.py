@@ -15,7 +15,7 @@ from pyspark.sql.types import (
 )
 
 from pelengine.engine.udf import make_replay_function, make_unpacker
-from pelengine.pipeline.route import Placement, whole_family_unit
+from pelengine.pipeline.route import whole_family_unit
 from pelengine.pipeline.units import EXEC_UNIT
 from pelengine.schemas import (
     REPLAY_PACKED_SCHEMA,
@@ -36,7 +36,6 @@ def replay_stage(
     unit_groups: dict[tuple[int, str, str], list[str]] | None = None,
     engine: str = "python",
     check: bool = True,
-    placement: Placement | None = None,
 ) -> DataFrame:
     """The one shuffle and sort: (family, unit)s hashed to partitions, each partition's
     events sorted by (family, unit, seq), then one Arrow function over each partition
@@ -51,9 +50,6 @@ def replay_stage(
 
     ``engine``: "python" or "native" (resolved by the caller, ``engine.native``).
 
-    ``placement`` (families not split by group): the partition of each family, chosen by
-    the families' sizes (``route.placement``), instead of the hash of its key.
-
     ``unit`` is a key only when some family is split: otherwise it is the literal null.
     The function reads straight from the one sort by (keys..., seq): a sort by the keys
     alone would not keep the seq order once it spills (its merge interleaves the spill
@@ -62,23 +58,20 @@ def replay_stage(
     (``check`` False: the caller checks it, on the plan it keeps, so that it is planned
     once)."""
     keys = ("db", "family", "unit") if unit_groups else ("db", "family")
-    if placement is not None and not unit_groups:
-        # each family on the partition placement chose for it (by its size)
-        at = placement.partition_of(partitions)
-        shuffled = routed_rows.withColumn(PLACED, at).repartition(partitions, PLACED)
-        in_order = shuffled.sortWithinPartitions(*keys, "seq").drop(PLACED)
-    else:
-        in_order = routed_rows.repartition(partitions, *keys).sortWithinPartitions(*keys, "seq")
-    replayed = in_order.mapInArrow(
-        make_replay_function(
-            settings,
-            as_of_ms,
-            as_of_seq,
-            mark_seq=mark_seq,
-            unit_groups=unit_groups,
-            engine=engine,
-        ),
-        REPLAY_PACKED_SCHEMA,
+    replayed = (
+        routed_rows.repartition(partitions, *keys)
+        .sortWithinPartitions(*keys, "seq")
+        .mapInArrow(
+            make_replay_function(
+                settings,
+                as_of_ms,
+                as_of_seq,
+                mark_seq=mark_seq,
+                unit_groups=unit_groups,
+                engine=engine,
+            ),
+            REPLAY_PACKED_SCHEMA,
+        )
     )
     if check:
         check_replay_plan(replayed)
@@ -94,9 +87,6 @@ def replayed_table(replayed: DataFrame, table: str) -> DataFrame:
         .mapInArrow(make_unpacker(table), REPLAY_TABLE_SCHEMAS[table])
     )
 
-
-#: the column the rows are partitioned by when families are placed by size
-PLACED = "_placed"
 
 #: The physical plan's node of the replay function (``mapInArrow``).
 REPLAY_NODE = "MapInArrow"

@@ -6,10 +6,10 @@ with many consumer groups may be dealt to several replay units.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -94,24 +94,10 @@ class RoutedFacts:
     waits: list[tuple[str, int, str]]
     blocking: bool
     flush: bool
-    #: the rows of each large family ((db, family) -> rows) and of the other families
-    #: by their bucket (:func:`family_bucket`), when sizes were asked for
-    large: dict[tuple[int, str], int] = field(default_factory=dict)
-    buckets: dict[int, int] = field(default_factory=dict)
-    bucket_of: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
-def family_bucket(buckets: int) -> Column:
-    """The bucket (0 to ``buckets`` - 1) of a row's (``db``, ``family``): its hash, as
-    Spark's hash partitioning takes it."""
-    return F.pmod(F.hash("db", "family"), F.lit(buckets))
-
-
-def routed_facts(routed: DataFrame, large_rows: int | None = None, buckets: int = 0) -> RoutedFacts:
-    """The :class:`RoutedFacts` of ``routed``, from one Spark action. With ``large_rows``
-    it also counts the rows each family receives from commands on its keys: the families
-    with at least that many one by one, the others summed by bucket (``buckets`` of
-    them, :func:`family_bucket`): what :func:`place_families` deals to partitions."""
+def routed_facts(routed: DataFrame) -> RoutedFacts:
+    """The :class:`RoutedFacts` of ``routed``, from one Spark action."""
 
     def whether(part: str, rows: DataFrame) -> DataFrame:  # one row if ``rows`` has any
         nothing = F.lit(None).cast(StringType())
@@ -122,166 +108,17 @@ def routed_facts(routed: DataFrame, large_rows: int | None = None, buckets: int 
             nothing.alias("m_family"),
         )
 
-    no_size = [F.lit(None).cast("long").alias("n"), F.lit(None).cast("int").alias("bucket")]
-    waits = blocking_waits(routed).select(
-        F.lit("wait").alias("part"), "client", "m_db", "m_family", *no_size
+    waits = blocking_waits(routed).select(F.lit("wait").alias("part"), "client", "m_db", "m_family")
+    rows = (
+        waits.unionByName(whether("block", _blocking_reads(routed)))
+        .unionByName(whether("flush", _flushes(routed)))
+        .collect()
     )
-    union = waits.unionByName(whether("block", _blocking_reads(routed)).select("*", *no_size))
-    union = union.unionByName(whether("flush", _flushes(routed)).select("*", *no_size))
-    if large_rows is not None and buckets > 0:
-        sizes = (
-            routed.filter(F.col("scope") == "keys")
-            .select("db", F.explode("families").alias("family"))
-            .groupBy("db", "family")
-            .agg(F.count(F.lit(1)).alias("n"))
-        )
-        large = sizes.filter(F.col("n") >= large_rows).select(
-            F.lit("large").alias("part"),
-            F.lit(None).cast(StringType()).alias("client"),
-            F.col("db").alias("m_db"),
-            F.col("family").alias("m_family"),
-            "n",
-            family_bucket(buckets).alias("bucket"),
-        )
-        small = (
-            sizes.filter(F.col("n") < large_rows)
-            .groupBy(family_bucket(buckets).alias("bucket"))
-            .agg(F.sum("n").alias("n"))
-            .select(
-                F.lit("bucket").alias("part"),
-                F.lit(None).cast(StringType()).alias("client"),
-                F.lit(None).cast("int").alias("m_db"),
-                F.lit(None).cast(StringType()).alias("m_family"),
-                "n",
-                "bucket",
-            )
-        )
-        union = union.unionByName(large).unionByName(small)
-    rows = union.collect()
     return RoutedFacts(
         waits=[(r["client"], r["m_db"], r["m_family"]) for r in rows if r["part"] == "wait"],
         blocking=any(r["part"] == "block" for r in rows),
         flush=any(r["part"] == "flush" for r in rows),
-        large={(r["m_db"], r["m_family"]): r["n"] for r in rows if r["part"] == "large"},
-        buckets={r["bucket"]: r["n"] for r in rows if r["part"] == "bucket"},
-        bucket_of={(r["m_db"], r["m_family"]): r["bucket"] for r in rows if r["part"] == "large"},
     )
-
-
-#: buckets per partition the families that are not large are summed in (and placed by)
-BUCKETS_PER_PARTITION = 8
-#: a family is placed on its own when it receives at least this share of a partition's
-#: fair load (the rows over the partitions), at most :data:`LARGE_FAMILIES_PLACED` of them
-LARGE_SHARE = 0.5
-LARGE_FAMILIES_PLACED = 64
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where each family replays (:func:`place_families`): the large families one by one,
-    the others by their bucket (:func:`family_bucket` of ``buckets``); ``loads``: the
-    rows each partition gets."""
-
-    families: dict[tuple[int, str], int]
-    by_bucket: dict[int, int]
-    buckets: int
-    loads: list[int]
-
-    def partition_of(self, partitions: int) -> Column:
-        """The column to hash-partition the rows by (an INT) so that each family lands on
-        its partition: for each partition a value whose hash (:func:`spark_int_hash`)
-        Spark's hash partitioning sends there."""
-        value: dict[int, int] = {}
-        for v in range(64 * partitions):
-            value.setdefault(spark_int_hash(v) % partitions, v)
-        if len(value) < partitions:  # never seen: 64 values per partition always cover them
-            raise RuntimeError(f"no value hashes to each of {partitions} partitions")
-        per_bucket = F.array(
-            *(
-                F.lit(value[self.by_bucket.get(b, b % partitions)]).cast("int")
-                for b in range(self.buckets)
-            )
-        )
-        out = F.element_at(per_bucket, family_bucket(self.buckets) + 1)
-        if self.families:
-            named = F.create_map(
-                *(
-                    part
-                    for (db, family), p in sorted(self.families.items())
-                    for part in (
-                        F.struct(
-                            F.lit(db).cast("int").alias("db"),
-                            F.lit(family).cast("string").alias("family"),
-                        ),
-                        F.lit(value[p]).cast("int"),
-                    )
-                )
-            )
-            key = F.struct(F.col("db").cast("int").alias("db"), F.col("family").alias("family"))
-            out = F.coalesce(F.try_element_at(named, key), out)
-        return out
-
-
-_MASK = 0xFFFFFFFF
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _MASK
-
-
-def spark_int_hash(value: int, seed: int = 42) -> int:
-    """Spark's ``hash`` of an INT (Murmur3 x86 32-bit of its four bytes, seed 42: what
-    hash partitioning takes, modulo the partitions, made non-negative)."""
-    k1 = (value & _MASK) * 0xCC9E2D51 & _MASK
-    k1 = _rotl(k1, 15) * 0x1B873593 & _MASK
-    h1 = _rotl(seed ^ k1, 13)
-    h1 = (h1 * 5 + 0xE6546B64) & _MASK
-    h1 ^= 4
-    h1 ^= h1 >> 16
-    h1 = h1 * 0x85EBCA6B & _MASK
-    h1 ^= h1 >> 13
-    h1 = h1 * 0xC2B2AE35 & _MASK
-    h1 ^= h1 >> 16
-    return h1 - (1 << 32) if h1 & 0x80000000 else h1
-
-
-def placement(facts: RoutedFacts, partitions: int) -> Placement | None:
-    """The :class:`Placement` of the sizes ``facts`` counted (None: none were)."""
-    if not facts.buckets and not facts.large:
-        return None
-    large = sorted(facts.large.items(), key=lambda kv: (-kv[1], kv[0]))
-    kept = dict(large[:LARGE_FAMILIES_PLACED])
-    buckets = dict(facts.buckets)
-    for (db, family), n in large[LARGE_FAMILIES_PLACED:]:  # beyond the cap: their buckets'
-        bucket = facts.bucket_of[(db, family)]
-        buckets[bucket] = buckets.get(bucket, 0) + n
-    families, by_bucket, loads = place_families(kept, buckets, partitions)
-    return Placement(families, by_bucket, partitions * BUCKETS_PER_PARTITION, loads)
-
-
-def place_families(
-    large: dict[tuple[int, str], int], buckets: dict[int, int], partitions: int
-) -> tuple[dict[tuple[int, str], int], dict[int, int], list[int]]:
-    """Where each large family and each bucket of the other families replays: the largest
-    first, each to the partition holding the fewest rows so far (so that one large
-    family does not share its partition with a share of all the others while another
-    core idles). Returns (large family -> partition, bucket -> partition, the rows each
-    partition gets)."""
-    loads = [0] * partitions
-    items: list[tuple[int, int, Any]] = [(n, 0, key) for key, n in large.items()]
-    items += [(n, 1, bucket) for bucket, n in buckets.items()]
-    # largest first; ties in a fixed order (families before buckets, then by name)
-    items.sort(key=lambda item: (-item[0], item[1], str(item[2])))
-    families: dict[tuple[int, str], int] = {}
-    placed: dict[int, int] = {}
-    for n, kind, key in items:
-        p = min(range(partitions), key=lambda i: (loads[i], i))
-        loads[p] += n
-        if kind == 0:
-            families[key] = p
-        else:
-            placed[key] = p
-    return families, placed, loads
 
 
 def _flushes(routed: DataFrame) -> DataFrame:
