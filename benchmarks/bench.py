@@ -369,6 +369,66 @@ class RoleCpu:
             self.wrapper.unlink()
 
 
+class JvmThreadCpu:
+    """The JVM's CPU seconds by what its threads do, from the kernel's count per thread
+    (``/proc/<jvm>/task/*/stat``): ``jit`` (the C1/C2 compiler threads), ``gc`` (the
+    collector's threads), ``tasks`` (Spark's task threads: the executors' work), ``driver``
+    (every other live thread: planning and code generation on the py4j threads, the
+    scheduler, Delta's commits), and ``ended`` (threads gone by the second reading, such
+    as the threads that feed Python workers: the process's total less the live threads').
+    A cold JVM spends much of a short job compiling: this says how much."""
+
+    KINDS = (
+        ("jit", re.compile(r"^C[12] CompilerThre")),
+        ("gc", re.compile(r"^(GC Thread|G1 |VM Thread)")),
+        ("tasks", re.compile(r"^Executor task")),
+    )
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def of(spark: Any) -> JvmThreadCpu:
+        try:
+            pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        except Exception:  # Spark Connect, or no py4j: no figures
+            pid = None
+        return JvmThreadCpu(pid)
+
+    def _cpu(self, stat_path: str) -> float:
+        fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
+    def read(self) -> dict[str, float] | None:
+        if self.pid is None:
+            return None
+        try:
+            total = self._cpu(f"/proc/{self.pid}/stat")
+        except OSError:
+            return None
+        out = {"jit": 0.0, "gc": 0.0, "tasks": 0.0, "driver": 0.0}
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+                cpu = self._cpu(str(task / "stat"))
+            except OSError:  # the thread ended meanwhile
+                continue
+            kind = next((k for k, pattern in self.KINDS if pattern.match(name)), "driver")
+            out[kind] += cpu
+        out["total"] = total
+        return out
+
+    @staticmethod
+    def diff(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, Any]:
+        if before is None or after is None:
+            return {"status": "unavailable"}
+        out = {k: round(after[k] - before[k], 2) for k in after}
+        live = sum(v for k, v in out.items() if k != "total")
+        out["ended"] = round(out["total"] - live, 2)
+        return out
+
+
 # --------------------------------------------------------------------------- machine
 
 
@@ -736,6 +796,7 @@ class Bench:
         self.rec: Any = None
         self.sampler = Sampler(heartbeat=args.heartbeat)
         self.roles = RoleCpu()
+        self.jvm_threads = JvmThreadCpu(None)
         self.failed = False
         self.session: dict[str, Any] = {}
         self.machine: dict[str, Any] = {}
@@ -758,6 +819,7 @@ class Bench:
         self.spark = build_session(self.conf, lambda m: say("  " + m))
         took = time.monotonic() - t
         spark = self.spark
+        self.jvm_threads = JvmThreadCpu.of(spark)
         jvm = spark._jvm
         self.session = {
             "status": "ok",
@@ -890,17 +952,21 @@ class Bench:
         load0 = os.getloadavg()[0]
         self.sampler.begin(name)
         cpu0 = mark = self.roles.read()
+        threads0 = self.jvm_threads.read()
         stages: dict[str, Any] = {}
 
+        threads_mark = threads0
+
         def progress(message: str) -> None:
-            nonlocal mark
+            nonlocal mark, threads_mark
             say(f"  {name}: " + message)
             # "<stage> done in ..." closes a stage; writes end with the last table
             done = re.match(r"(\w+) done in ", message)
             if done or message.startswith("wrote rejected_events"):
-                now = self.roles.read()
-                stages[done.group(1) if done else "write"] = self.roles.diff(mark, now)
-                mark = now
+                now, threads_now = self.roles.read(), self.jvm_threads.read()
+                stage = stages[done.group(1) if done else "write"] = self.roles.diff(mark, now)
+                stage["jvm_threads"] = self.jvm_threads.diff(threads_mark, threads_now)
+                mark, threads_mark = now, threads_now
 
         t = time.monotonic()
         try:
@@ -909,6 +975,7 @@ class Bench:
             took = time.monotonic() - t
             mem = self.sampler.end()
             cpu = self.roles.diff(cpu0, self.roles.read())
+            threads = self.jvm_threads.diff(threads0, self.jvm_threads.read())
         say(f"step {name}: {took:.1f} s  stages {report.get('timings_s')}")
         ev = report.get("events", {})
         result = {
@@ -926,6 +993,7 @@ class Bench:
             "spark_jobs": report.get("spark_jobs"),
             "options": report.get("options"),
             "cpu_seconds_by_role": cpu,
+            "jvm_cpu_seconds_by_thread": threads,
             "cpu_seconds_by_stage": stages,
             "memory": mem,
             "load_avg_1m": {"before": round(load0, 2), "after": round(os.getloadavg()[0], 2)},
@@ -1030,6 +1098,7 @@ class Bench:
             load0 = os.getloadavg()[0]
             self.sampler.begin("write_floor")
             cpu0 = self.roles.read()
+            threads0 = self.jvm_threads.read()
             seconds: dict[str, float] = {}
             t = time.monotonic()
             try:
@@ -1046,6 +1115,7 @@ class Bench:
                 took = time.monotonic() - t
                 mem = self.sampler.end()
                 cpu = self.roles.diff(cpu0, self.roles.read())
+                threads = self.jvm_threads.diff(threads0, self.jvm_threads.read())
         finally:
             for df in kept:
                 df.unpersist()
@@ -1060,6 +1130,7 @@ class Bench:
             "rows": rows,
             "seconds_by_table": seconds,
             "cpu_seconds_by_role": cpu,
+            "jvm_cpu_seconds_by_thread": threads,
             "memory": mem,
             "load_avg_1m": {"before": round(load0, 2), "after": round(os.getloadavg()[0], 2)},
         }
@@ -1095,6 +1166,7 @@ class Bench:
         load0 = os.getloadavg()[0]
         self.sampler.begin("floor")
         cpu0 = self.roles.read()
+        threads0 = self.jvm_threads.read()
         t = time.monotonic()
         try:
             got = floor.agg(F.count(F.lit(1)).alias("groups"), F.sum("rows").alias("rows")).first()
@@ -1102,6 +1174,7 @@ class Bench:
             took = time.monotonic() - t
             mem = self.sampler.end()
             cpu = self.roles.diff(cpu0, self.roles.read())
+            threads = self.jvm_threads.diff(threads0, self.jvm_threads.read())
         assert got is not None
         say(f"step floor: {took:.1f} s ({got['groups']:,} groups, {got['rows']:,} rows)")
         return {
@@ -1117,6 +1190,7 @@ class Bench:
             "groups": got["groups"],
             "rows": got["rows"],
             "cpu_seconds_by_role": cpu,
+            "jvm_cpu_seconds_by_thread": threads,
             "memory": mem,
             "load_avg_1m": {"before": round(load0, 2), "after": round(os.getloadavg()[0], 2)},
         }
@@ -1656,11 +1730,25 @@ def print_size(result: dict[str, Any], out: Any) -> None:
                 f"Python workers {cpu['python_workers']:.1f} + driver "
                 f"{cpu['driver_python']:.1f} (kernel cgroups)\n"
             )
+        threads = steps.get(name, {}).get("jvm_cpu_seconds_by_thread")
+        if threads and "total" in threads:
+            w(
+                f"    JVM threads {name:<9} JIT compilers {threads['jit']:.1f}, GC "
+                f"{threads['gc']:.1f}, tasks {threads['tasks']:.1f}, driver "
+                f"{threads['driver']:.1f}, ended threads {threads['ended']:.1f}\n"
+            )
     for stage, cpu in (job.get("cpu_seconds_by_stage") or {}).items():
         if "total" in cpu:
             w(
                 f"    job stage {stage:<9} total {cpu['total']:7.1f}  JVM {cpu['jvm']:7.1f}  "
-                f"Python workers {cpu['python_workers']:7.1f}\n"
+                f"Python workers {cpu['python_workers']:7.1f}"
+                + (
+                    "  (JVM: JIT {jit:.1f}, GC {gc:.1f}, tasks {tasks:.1f}, driver {driver:.1f}, "
+                    "ended {ended:.1f})".format(**cpu["jvm_threads"])
+                    if "total" in cpu.get("jvm_threads", {})
+                    else ""
+                )
+                + "\n"
             )
     for name, ok in result.get("checks", {}).items():
         w(f"  check {name}: {'yes' if ok else 'NO'}\n")
