@@ -7,8 +7,10 @@ of the latest ``SELECT`` before them, and ``--as-of-*`` cuts the log at a point 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -311,28 +313,59 @@ def retag_shared(tagged: DataFrame) -> DataFrame | None:
 SHARED_ROWS_COLLECTED = 100_000
 
 
-def retag_shared_rows(spark: SparkSession, tagged: DataFrame) -> tuple[DataFrame | None, bool]:
+def retag_shared_rows(
+    spark: SparkSession, tagged: DataFrame, found_seqs: list[int] | None = None
+) -> tuple[DataFrame | None, bool, pa.Table | None]:
     """:func:`retag_shared` without a second materialization of the events: when the rows
     sharing a seq are few (seqs named in a filter, at most :data:`SHARED_ROWS_COLLECTED`
     rows), they are tagged again in one action and brought to the driver, and the result is
     ``tagged`` less those rows plus them as a local relation (a cheap projection of
     ``tagged``'s cache). Returns (the re-tagged events or None when no seq is shared,
     whether the caller should cache them: True only when the rows were too many to
-    collect)."""
-    found = shared_seqs(tagged).limit(SHARED_SEQS_LISTED + 1).collect()
-    if not found:
-        return None, False
-    if len(found) > SHARED_SEQS_LISTED:
-        return retag_shared(tagged), True
+    collect), and the rows tagged again when they were brought to the driver (as tagged
+    again, with their ``reason``). ``found_seqs``: the shared seqs when the caller found
+    them (at most :data:`SHARED_SEQS_LISTED` + 1 of them, as :func:`first_facts` gives
+    them)."""
+    if found_seqs is None:
+        found = shared_seqs(tagged).limit(SHARED_SEQS_LISTED + 1).collect()
+        found_seqs = [row["seq"] for row in found]
+    if not found_seqs:
+        return None, False, None
+    if len(found_seqs) > SHARED_SEQS_LISTED:
+        return retag_shared(tagged), True, None
     columns = tagged.columns
-    is_shared = F.coalesce(F.col("seq").isin([row["seq"] for row in found]), F.lit(False))
+    is_shared = F.coalesce(F.col("seq").isin(found_seqs), F.lit(False))
     others = tagged.filter(~is_shared)
     retagged = tag_rejected(tagged.filter(is_shared).drop("reason"), shared=True)
     retagged = retagged.select(*columns)
     rows = retagged.limit(SHARED_ROWS_COLLECTED + 1).toArrow()
     if rows.num_rows > SHARED_ROWS_COLLECTED:
-        return others.unionByName(retagged), True
-    return others.unionByName(spark.createDataFrame(rows, schema=tagged.schema)), False
+        return others.unionByName(retagged), True, None
+    return others.unionByName(spark.createDataFrame(rows, schema=tagged.schema)), False, rows
+
+
+#: the reasons :func:`tag_rejected` gives only to rows sharing a seq (the rows with none of
+#: them were valid before the rows sharing a seq were compared, or rejected for another
+#: reason, which they keep)
+SHARED_REASONS = ("conflicting rows share seq (", "duplicate row (same seq)")
+
+
+def shared_rows_change(
+    rows: pa.Table, initial_db: int
+) -> tuple[list[tuple[int, list[str]]], list[tuple[int, list[str]]]]:
+    """Of the rows :func:`retag_shared_rows` tagged again (``rows``, with their new
+    ``reason``): (db, argv) of those that were valid before, and of those valid now (db
+    null: ``initial_db``)."""
+    before: list[tuple[int, list[str]]] = []
+    after: list[tuple[int, list[str]]] = []
+    for row in rows.select(["db", "argv", "reason"]).to_pylist():
+        reason = row["reason"]
+        db = initial_db if row["db"] is None else row["db"]
+        if reason is None or reason.startswith(SHARED_REASONS):
+            before.append((db, row["argv"]))
+        if reason is None:
+            after.append((db, row["argv"]))
+    return before, after
 
 
 def split_tagged(tagged: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -401,31 +434,104 @@ def tagged_facts(tagged: DataFrame) -> tuple[dict[str, Any], dict[str, int]]:
     (``multi``), a script ran commands (``lua``), and the db argument of the last SELECT
     without db (``select_db``, None: none, or not a number); and the rejected rows'
     count by reason (the reason without its value)."""
+    return _read_facts(_facts_frame(tagged).collect())
+
+
+def _facts_frame(tagged: DataFrame) -> DataFrame:
+    """:func:`tagged_facts`'s aggregate: one row per ``kind`` of reason (null: valid)."""
     kind = F.split(F.col("reason"), REASON_VALUE, 2)[0]
-    found = (
-        tagged.groupBy(kind.alias("kind"))
-        .agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.max("seq").alias("max_seq"),
-            F.max("ts_ms").alias("max_ts"),
-            F.bool_or(select_without_db()).alias("selects_without_db"),
-            F.bool_or(opens_multi()).alias("multi"),
-            F.bool_or(is_lua_row()).alias("lua"),
-            last_select().alias("select_db"),
-        )
-        .collect()
+    return tagged.groupBy(kind.alias("kind")).agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.max("seq").alias("max_seq"),
+        F.max("ts_ms").alias("max_ts"),
+        F.bool_or(select_without_db()).alias("selects_without_db"),
+        F.bool_or(opens_multi()).alias("multi"),
+        F.bool_or(is_lua_row()).alias("lua"),
+        last_select().alias("select_db"),
     )
+
+
+#: the facts :func:`tagged_facts` gives
+_FACT_NAMES = ("rows", "max_seq", "max_ts", "selects_without_db", "multi", "lua", "select_db")
+
+
+def _read_facts(found: list[Any]) -> tuple[dict[str, Any], dict[str, int]]:
     facts: dict[str, Any] = {"rows": 0, "max_seq": None, "max_ts": None, "select_db": None}
     by_reason: dict[str, int] = {}
     for row in found:
         if row["kind"] is None:
-            facts = row.asDict()
-            del facts["kind"]
+            facts = {k: row[k] for k in _FACT_NAMES}
         else:
             by_reason[row["kind"]] = row["rows"]
     for flag in ("selects_without_db", "multi", "lua"):
         facts[flag] = bool(facts.get(flag))
     return facts, by_reason
+
+
+@dataclass
+class FirstFacts:
+    """What :func:`first_facts` found in one action: the shared seqs (at most
+    :data:`SHARED_SEQS_LISTED` + 1), :func:`tagged_facts`'s facts and counts by reason,
+    and the rows of the ``extra`` DataFrame it was given (each as a dict of its columns)."""
+
+    shared: list[int]
+    facts: dict[str, Any]
+    rejected_by_reason: dict[str, int]
+    extra: list[dict[str, Any]]
+
+
+def first_facts(tagged: DataFrame, extra: DataFrame | None = None) -> FirstFacts:
+    """The first action over the rows :func:`tag_rejected` tagged (``shared=False``): the
+    seqs rows share (:func:`shared_seqs`), :func:`tagged_facts`, and the rows of ``extra``
+    (a small DataFrame the caller derives from ``tagged``: the family links), collected
+    together. The facts and ``extra`` count the rows as tagged: when a seq is shared its
+    rows are tagged again, and the caller asks for both again."""
+    columns = dict(_FIRST_COLUMNS)
+    if extra is not None:
+        for f in extra.schema.fields:
+            columns.setdefault(f.name, f.dataType.simpleString())
+    parts = [
+        ("shared", shared_seqs(tagged).limit(SHARED_SEQS_LISTED + 1)),
+        ("facts", _facts_frame(tagged)),
+    ]
+    if extra is not None:
+        parts.append(("extra", extra))
+    union: DataFrame | None = None
+    for name, df in parts:
+        part = df.select(
+            F.lit(name).alias("_part"),
+            *(
+                (F.col(c) if c in df.columns else F.lit(None)).cast(t).alias(c)
+                for c, t in columns.items()
+            ),
+        )
+        union = part if union is None else union.unionByName(part)
+    assert union is not None
+    rows: dict[str, list[Any]] = {"shared": [], "facts": [], "extra": []}
+    for row in union.collect():
+        rows[row["_part"]].append(row)
+    facts, by_reason = _read_facts(rows["facts"])
+    wanted = extra.columns if extra is not None else []
+    return FirstFacts(
+        shared=[row["seq"] for row in rows["shared"]],
+        facts=facts,
+        rejected_by_reason=by_reason,
+        extra=[{c: row[c] for c in wanted} for row in rows["extra"]],
+    )
+
+
+#: the columns every part of :func:`first_facts`'s union has (null where a part has none)
+_FIRST_COLUMNS = {
+    "seq": "bigint",
+    "kind": "string",
+    "rows": "bigint",
+    "max_seq": "bigint",
+    "max_ts": "bigint",
+    "selects_without_db": "boolean",
+    "multi": "boolean",
+    "lua": "boolean",
+    "select_db": "int",
+}
 
 
 def cut_as_of(

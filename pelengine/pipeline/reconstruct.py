@@ -32,8 +32,10 @@ from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename
 from pelengine.pipeline.conform import (
     conform_events,
     cut_as_of,
+    first_facts,
     resolve_db,
     retag_shared_rows,
+    shared_rows_change,
     split_tagged,
     tag_rejected,
     tagged_facts,
@@ -46,8 +48,10 @@ from pelengine.pipeline.replay import (
     without_state,
 )
 from pelengine.pipeline.route import (
+    family_links,
     family_map,
     fan_out,
+    links_less,
     route_events,
     routed_facts,
     split_by_group,
@@ -135,9 +139,22 @@ def reconstruct(
     # as many partitions as the run's parallelism, not one per file of the events table:
     # every stage before the replay's shuffle (the router UDF among them) runs per partition
     tagged = _persist(tag_rejected(conformed.coalesce(partitions), shared=False), persisted)
+    initial_db = carry.select_db if carry is not None else 0
+    uncut = settings.as_of_ms is None and settings.as_of_seq is None
+    # The first action builds the cache and asks it, at once, for the seqs rows share, the
+    # facts the stages below need and the family links of the valid rows (with the db they
+    # have unless a SELECT without db moves it: then, or when a seq is shared or the log is
+    # cut, the links are collected again from the rows as they end up)
+    links = None
+    if uncut:
+        first_valid = split_tagged(tagged)[0]
+        links = family_links(
+            first_valid.withColumn("db", F.coalesce(F.col("db"), F.lit(initial_db)))
+        )
+    probed = first_facts(tagged, links)
     # rows sharing a seq: compared whole, only they are shuffled; few, they join the
     # cached rows from the driver, else the re-tagged events are cached in their place
-    retagged, recache = retag_shared_rows(spark, tagged)
+    retagged, recache, retagged_rows = retag_shared_rows(spark, tagged, probed.shared)
     if retagged is not None and not recache:
         tagged = retagged
     elif retagged is not None:
@@ -148,16 +165,26 @@ def reconstruct(
             first.unpersist()
             persisted.remove(first)
     valid, rejected = split_tagged(tagged)
-    # one action for the probes of the stages below and the rejected rows' counts
-    facts, rejected_by_reason = tagged_facts(tagged)
-    initial_db = carry.select_db if carry is not None else 0
+    if retagged is None:
+        facts, rejected_by_reason = probed.facts, probed.rejected_by_reason
+    else:  # one action for the probes of the stages below and the rejected rows' counts
+        facts, rejected_by_reason = tagged_facts(tagged)
     carried: dict[str, Any] = {}
     if settings.incremental:
         carried["select_db"] = _or(facts["select_db"], initial_db)
     windowed = facts["selects_without_db"]
+    # the links the first action counted, less those of rows a shared seq rejected (from
+    # the rows tagged again, on the driver): the links of the rows replayed
+    found_links = None
+    if links is not None and not windowed:
+        counted = [(row["db"], row["links"], row["n"]) for row in probed.extra]
+        if retagged is None:
+            found_links = [(db, keys) for db, keys, _ in counted]
+        elif retagged_rows is not None:
+            gone, added = shared_rows_change(retagged_rows, initial_db)
+            found_links = links_less(counted, gone, added)
     valid = resolve_db(spark, valid, initial_db, windowed)
     valid = valid.select(*(f.name for f in EVENTS_SCHEMA.fields))
-    uncut = settings.as_of_ms is None and settings.as_of_seq is None
     valid, stop_seq = cut_as_of(valid, settings.as_of_ms, settings.as_of_seq)
     open_units = carry.open_units if carry is not None else None
     # the rows the probes counted are these rows (and the routed rows), less their db,
@@ -195,7 +222,9 @@ def reconstruct(
         saved = carry.family_keys
         if saved is None:
             saved = {(r["db"], r["family"]) for r in carry.states.select("db", "family").collect()}
-    families = family_map(spark, valid, carry.family_of if carry else None, saved, renamed)
+    families = family_map(
+        spark, valid, carry.family_of if carry else None, saved, renamed, links=found_links
+    )
     if renamed and states_in is not None:
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = rename_families(states_in, renamed)

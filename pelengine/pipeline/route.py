@@ -20,7 +20,7 @@ from pyspark.sql.types import (
 )
 
 from pelengine.engine.udf import links_batches, make_router
-from pelengine.model.routing import tie_families
+from pelengine.model.routing import linked_keys, tie_families
 from pelengine.pipeline.units import EXEC_UNIT
 from pelengine.settings import Settings
 
@@ -31,6 +31,7 @@ def family_map(
     prior: dict[tuple[int, str], str] | None = None,
     saved: set[tuple[int, str]] | None = None,
     renamed: dict[tuple[int, str], str] | None = None,
+    links: list[tuple[int, list[str]]] | None = None,
 ) -> dict[tuple[int, str], str]:
     """Keys tied together by RENAME or multi-stream XREADGROUP, mapped to one family name.
 
@@ -38,7 +39,18 @@ def family_map(
     that have saved state. Saved families keep their names; when these rows tie several
     of them together, the merged family takes the smallest name and ``renamed`` gets
     ``(db, old name) -> new name`` for the others (their saved models are merged).
+    ``links``: the rows of :func:`family_links` of ``valid`` when the caller collected them
+    already (in an action of its own); else they are collected here.
     """
+    if links is None:
+        links = [(row["db"], row["links"]) for row in family_links(valid).collect()]
+    return tie_families([[(db, k) for k in keys] for db, keys in links], prior, saved, renamed)
+
+
+def family_links(valid: DataFrame) -> DataFrame:
+    """The keys each RENAME or multi-stream XREADGROUP of ``valid`` ties together: one row
+    (``db`` INT, ``links`` ARRAY<STRING>, sorted) per distinct tie, with ``n`` the rows that
+    make it."""
     name = F.upper(F.get(F.col("argv"), 0))
     # A read ties keys only when it names two streams or more: two keys and two IDs
     # after STREAMS. Counted from the first STREAMS argument, a read with fewer than 4
@@ -49,14 +61,32 @@ def family_map(
         (name == "XREADGROUP") & (F.size("argv") - streams_at >= 4)
     )
     candidates = valid.filter(ties).select("db", "argv")
-    rows = (
+    return (
         candidates.mapInArrow(links_batches, "db int, links array<string>")
-        .select("db", F.array_sort("links").alias("links"))
-        .distinct()
-        .collect()
+        .groupBy("db", F.array_sort("links").alias("links"))
+        .agg(F.count(F.lit(1)).alias("n"))
     )
-    links = [[(row["db"], k) for k in row["links"]] for row in rows]
-    return tie_families(links, prior, saved, renamed)
+
+
+def links_less(
+    counted: list[tuple[int, list[str], int]],
+    gone: list[tuple[int, list[str]]],
+    added: list[tuple[int, list[str]]],
+) -> list[tuple[int, list[str]]]:
+    """The ties of :func:`family_links` (``counted``: each with the rows that made it) once
+    the rows ``gone`` (db, argv) are taken out and the rows ``added`` put in: the ties of
+    the rows as they end up, when a few rows change after the links were counted."""
+    count: dict[tuple[int, frozenset[str]], int] = {}
+    for db, keys, n in counted:
+        tie = (db, frozenset(keys))
+        count[tie] = count.get(tie, 0) + n
+    for rows, step in ((gone, -1), (added, 1)):
+        for db, argv in rows:
+            keys = linked_keys(argv)
+            if keys:
+                tie = (db, frozenset(keys))
+                count[tie] = count.get(tie, 0) + step
+    return [(db, sorted(keys)) for (db, keys), n in count.items() if n > 0]
 
 
 def route_events(

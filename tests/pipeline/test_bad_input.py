@@ -233,3 +233,46 @@ def test_one_aggregate_gives_the_probes_and_the_rejected_counts(spark: SparkSess
     # nothing at all
     facts, by_reason = tagged_facts(tagged.filter("seq = 100"))
     assert (facts["rows"], facts["max_seq"], facts["multi"], by_reason) == (0, None, False, {})
+
+
+def test_reads_a_shared_seq_rejects_tie_no_streams(spark: SparkSession) -> None:
+    """The family links are counted in the first pass over the tagged rows, before rows
+    sharing a seq are compared: a multi-stream read rejected then (conflicting rows) ties
+    no keys, one kept (a duplicate's first) ties them, and a tie another row also makes
+    stays."""
+    from pelengine.pipeline.reconstruct import reconstruct
+    from pelengine.settings import Settings
+
+    def read(consumer: str, a: str, b: str) -> list[str]:
+        return ["XREADGROUP", "GROUP", "g", consumer, "STREAMS", a, b, ">", ">"]
+
+    rows = [(i, 1000 + i, ["XADD", key, "1-0", "f", "v"]) for i, key in enumerate("abcdef", 1)]
+    rows += [(10 + i, 1010 + i, ["XGROUP", "CREATE", k, "g", "0"]) for i, k in enumerate("abcdef")]
+    rows += [
+        (20, 1020, read("c1", "a", "b")),  # conflicting: both rejected, a and b stay apart
+        (20, 1020, read("c2", "a", "b")),
+        (21, 1021, read("c1", "c", "d")),  # duplicates: the first kept, c and d tied
+        (21, 1021, read("c1", "c", "d")),
+        (22, 1022, read("c1", "e", "f")),  # e and f tied here...
+        (23, 1023, read("c1", "e", "f")),  # ...whatever this conflicting pair makes of it
+        (23, 1023, read("c2", "f", "e")),
+    ]
+    events = spark.createDataFrame(rows, "seq BIGINT, ts_ms BIGINT, argv ARRAY<STRING>")
+    result = reconstruct(spark, events, Settings(incremental=True))
+    try:
+        reasons = sorted(r["reason"] for r in result.rejected.collect())
+        assert reasons == [
+            "conflicting rows share seq (2)",
+            "conflicting rows share seq (2)",
+            "conflicting rows share seq (2)",
+            "conflicting rows share seq (2)",
+            "duplicate row (same seq)",
+        ]
+        assert result.carried["family_of"] == {
+            (0, "c"): "c",
+            (0, "d"): "c",
+            (0, "e"): "e",
+            (0, "f"): "e",
+        }
+    finally:
+        result.unpersist()
