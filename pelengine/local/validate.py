@@ -100,7 +100,7 @@ def conform_table(events: pa.Table, schema: Any = None) -> Conformed:
         is_valid = pc.is_null(reason)
         valid = tagged.filter(is_valid).select(list(EVENT_TYPES))
         rejected = tagged.filter(pc.invert(is_valid))
-    return Conformed(valid, rejected, _facts(valid), _by_reason(rejected), conformed)
+    return Conformed(valid, rejected, facts_of(valid), _by_reason(rejected), conformed)
 
 
 # ---- casts ----------------------------------------------------------------------------
@@ -355,7 +355,7 @@ def command_names(argv: pa.ChunkedArray | pa.Array) -> pa.Array:
 # ---- facts ----------------------------------------------------------------------------
 
 
-def _facts(valid: pa.Table) -> dict[str, Any]:
+def facts_of(valid: pa.Table) -> dict[str, Any]:
     """``pipeline.conform.tagged_facts``'s facts of the valid rows."""
     n = valid.num_rows
     facts: dict[str, Any] = {"rows": n, "max_seq": None, "max_ts": None, "select_db": None}

@@ -32,6 +32,7 @@ from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename
 from pelengine.pipeline.conform import (
     conform_events,
     cut_as_of,
+    facts_after_retag,
     first_facts,
     resolve_db,
     retag_shared_rows,
@@ -48,9 +49,11 @@ from pelengine.pipeline.replay import (
     without_state,
 )
 from pelengine.pipeline.route import (
-    family_links,
+    LINK_ROWS_COLLECTED,
+    counted_links,
     family_map,
     fan_out,
+    link_candidates,
     links_less,
     route_events,
     routed_facts,
@@ -148,9 +151,9 @@ def reconstruct(
     links = None
     if uncut:
         first_valid = split_tagged(tagged)[0]
-        links = family_links(
+        links = link_candidates(
             first_valid.withColumn("db", F.coalesce(F.col("db"), F.lit(initial_db)))
-        )
+        ).limit(LINK_ROWS_COLLECTED + 1)
     probed = first_facts(tagged, links)
     # rows sharing a seq: compared whole, only they are shuffled; few, they join the
     # cached rows from the driver, else the re-tagged events are cached in their place
@@ -165,10 +168,13 @@ def reconstruct(
             first.unpersist()
             persisted.remove(first)
     valid, rejected = split_tagged(tagged)
-    if retagged is None:
-        facts, rejected_by_reason = probed.facts, probed.rejected_by_reason
-    else:  # one action for the probes of the stages below and the rejected rows' counts
-        facts, rejected_by_reason = tagged_facts(tagged)
+    facts, rejected_by_reason = probed.facts, probed.rejected_by_reason
+    if retagged is not None:  # the facts of the rows tagged again
+        moved = None
+        if retagged_rows is not None:
+            moved = facts_after_retag(facts, rejected_by_reason, retagged_rows)
+        # one action for the probes of the stages below and the rejected rows' counts
+        facts, rejected_by_reason = moved if moved is not None else tagged_facts(tagged)
     carried: dict[str, Any] = {}
     if settings.incremental:
         carried["select_db"] = _or(facts["select_db"], initial_db)
@@ -176,8 +182,8 @@ def reconstruct(
     # the links the first action counted, less those of rows a shared seq rejected (from
     # the rows tagged again, on the driver): the links of the rows replayed
     found_links = None
-    if links is not None and not windowed:
-        counted = [(row["db"], row["links"], row["n"]) for row in probed.extra]
+    if links is not None and not windowed and len(probed.extra) <= LINK_ROWS_COLLECTED:
+        counted = counted_links(probed.extra)
         if retagged is None:
             found_links = [(db, keys) for db, keys, _ in counted]
         elif retagged_rows is not None:

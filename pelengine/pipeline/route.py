@@ -39,8 +39,8 @@ def family_map(
     that have saved state. Saved families keep their names; when these rows tie several
     of them together, the merged family takes the smallest name and ``renamed`` gets
     ``(db, old name) -> new name`` for the others (their saved models are merged).
-    ``links``: the rows of :func:`family_links` of ``valid`` when the caller collected them
-    already (in an action of its own); else they are collected here.
+    ``links``: the ties of ``valid`` as (db, keys) when the caller found them already (in
+    an action of its own: :func:`link_candidates`); else :func:`family_links` collects them.
     """
     if links is None:
         links = [(row["db"], row["links"]) for row in family_links(valid).collect()]
@@ -49,23 +49,50 @@ def family_map(
 
 def family_links(valid: DataFrame) -> DataFrame:
     """The keys each RENAME or multi-stream XREADGROUP of ``valid`` ties together: one row
-    (``db`` INT, ``links`` ARRAY<STRING>, sorted) per distinct tie, with ``n`` the rows that
-    make it."""
+    (``db`` INT, ``links`` ARRAY<STRING>, sorted) per distinct tie."""
+    return (
+        _tie_candidates(valid)
+        .mapInArrow(links_batches, "db int, links array<string>")
+        .select("db", F.array_sort("links").alias("links"))
+        .distinct()
+    )
+
+
+#: at most this many distinct candidate rows of :func:`link_candidates` are brought to the
+#: driver (with more, :func:`family_map` asks :func:`family_links` of the rows)
+LINK_ROWS_COLLECTED = 100_000
+
+
+def link_candidates(valid: DataFrame) -> DataFrame:
+    """The rows of ``valid`` that may tie keys (RENAME, multi-stream XREADGROUP), distinct,
+    each with the rows it stands for: (``db``, ``argv``, ``n``), small enough for the driver
+    to find their ties (:func:`counted_links`) without a Python worker."""
+    return _tie_candidates(valid).groupBy("db", "argv").agg(F.count(F.lit(1)).alias("n"))
+
+
+def counted_links(rows: list[dict[str, Any]]) -> list[tuple[int, list[str], int]]:
+    """The ties of :func:`link_candidates`'s rows: (db, keys, rows that make it)."""
+    out = []
+    for row in rows:
+        keys = linked_keys(row["argv"])
+        if keys:
+            out.append((row["db"], keys, row["n"]))
+    return out
+
+
+def _tie_candidates(valid: DataFrame) -> DataFrame:
+    """(``db``, ``argv``) of the rows that may tie keys: every RENAME, every XREADGROUP
+    naming two streams or more (and a few more)."""
     name = F.upper(F.get(F.col("argv"), 0))
     # A read ties keys only when it names two streams or more: two keys and two IDs
     # after STREAMS. Counted from the first STREAMS argument, a read with fewer than 4
     # arguments after it names one stream (or none); only the others (and any read
-    # whose group or consumer is called "streams") go to the exact parser in Python.
+    # whose group or consumer is called "streams") go to the exact parser.
     streams_at = F.array_position(F.transform("argv", lambda a: F.upper(a)), "STREAMS")
     ties = name.isin("RENAME", "RENAMENX") | (
         (name == "XREADGROUP") & (F.size("argv") - streams_at >= 4)
     )
-    candidates = valid.filter(ties).select("db", "argv")
-    return (
-        candidates.mapInArrow(links_batches, "db int, links array<string>")
-        .groupBy("db", F.array_sort("links").alias("links"))
-        .agg(F.count(F.lit(1)).alias("n"))
-    )
+    return valid.filter(ties).select("db", "argv")
 
 
 def links_less(

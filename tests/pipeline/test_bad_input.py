@@ -276,3 +276,49 @@ def test_reads_a_shared_seq_rejects_tie_no_streams(spark: SparkSession) -> None:
         }
     finally:
         result.unpersist()
+
+
+@pytest.mark.parametrize(
+    ("extra", "told"),
+    [
+        # a duplicate of the last row: one kept, the largest seq and time stay
+        ([(9, 1009, ["XADD", "s", "*", "f", "v"])], True),
+        # conflicting rows at the last seq: the largest seq may have gone (asked again)
+        ([(9, 1009, ["XADD", "s", "*", "f", "w"])], False),
+        # conflicting rows in the middle, one of them the only MULTI (asked again)
+        ([(4, 1004, ["XADD", "s", "*", "f", "v"]), (4, 1004, ["MULTI"])], False),
+        # conflicting rows in the middle, a MULTI elsewhere: the rows tagged again cannot
+        # tell that one stays (asked again)
+        (
+            [(4, 1004, ["XADD", "s", "*", "f", "v"]), (4, 1004, ["MULTI"]), (6, 1006, ["MULTI"])],
+            False,
+        ),
+        # a MULTI twice at one seq, the last: one kept, the flag and the largest seq stay
+        ([(20, 1020, ["MULTI"]), (20, 1020, ["MULTI"])], True),
+        # conflicting SELECTs without db: the last SELECT may have gone (asked again)
+        ([(4, 1004, ["SELECT", "3"]), (4, 1004, ["SELECT", "2"])], False),
+        # a duplicate that also fails on its own (no command name) keeps that reason
+        (
+            [(5, 1005, ["", "x"]), (5, 1005, ["", "x"]), (3, 1003, ["XADD", "t", "*", "a", "b"])],
+            True,
+        ),
+    ],
+)
+def test_facts_after_retag_equal_the_facts_asked_again(
+    spark: SparkSession, extra: list, told: bool
+) -> None:
+    """The facts of the rows once shared seqs are compared, worked out on the driver from
+    the facts before and the rows tagged again, equal those Spark gives over the rows
+    tagged again; where they cannot be told, None (and the run asks Spark)."""
+    from pelengine.pipeline.conform import facts_after_retag, first_facts, retag_shared_rows
+
+    rows = [(i, 1000 + i, ["XADD", "s", "*", "f", "v"]) for i in range(1, 10)] + extra
+    events = spark.createDataFrame(rows, "seq BIGINT, ts_ms BIGINT, argv ARRAY<STRING>")
+    tagged = tag_rejected(conform_events(events), shared=False)
+    probed = first_facts(tagged)
+    retagged, recache, again = retag_shared_rows(spark, tagged, probed.shared)
+    assert retagged is not None and not recache and again is not None
+    got = facts_after_retag(probed.facts, probed.rejected_by_reason, again)
+    assert (got is not None) == told
+    if got is not None:
+        assert got == tagged_facts(retagged)
