@@ -374,8 +374,8 @@ class JvmThreadCpu:
     (``/proc/<jvm>/task/*/stat``): ``jit`` (the C1/C2 compiler threads), ``gc`` (the
     collector's threads), ``tasks`` (Spark's task threads: the executors' work), ``driver``
     (every other live thread: planning and code generation on the py4j threads, the
-    scheduler, Delta's commits), and ``ended`` (threads gone by the second reading, such
-    as the threads that feed Python workers: the process's total less the live threads').
+    scheduler, Delta's commits), and ``ended`` (what the threads that ended between two
+    readings spent, such as the threads that feed Python workers).
     A cold JVM spends much of a short job compiling: this says how much."""
 
     KINDS = (
@@ -400,14 +400,16 @@ class JvmThreadCpu:
         fields = Path(stat_path).read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / self.tick
 
-    def read(self) -> dict[str, float] | None:
+    def read(self) -> dict[str, Any] | None:
+        """The process's CPU seconds so far (``total``, threads that ended included) and
+        each live thread's (``threads``: id -> (kind, seconds))."""
         if self.pid is None:
             return None
         try:
             total = self._cpu(f"/proc/{self.pid}/stat")
         except OSError:
             return None
-        out = {"jit": 0.0, "gc": 0.0, "tasks": 0.0, "driver": 0.0}
+        threads: dict[str, tuple[str, float]] = {}
         for task in Path(f"/proc/{self.pid}/task").iterdir():
             try:
                 name = (task / "comm").read_text().strip()
@@ -415,18 +417,24 @@ class JvmThreadCpu:
             except OSError:  # the thread ended meanwhile
                 continue
             kind = next((k for k, pattern in self.KINDS if pattern.match(name)), "driver")
-            out[kind] += cpu
-        out["total"] = total
-        return out
+            threads[task.name] = (kind, cpu)
+        return {"total": total, "threads": threads}
 
     @staticmethod
-    def diff(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, Any]:
+    def diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+        """Seconds between two readings by kind: each thread live at the second reading
+        counts what it spent since the first (all of it when it started since); what the
+        threads gone by then spent is ``ended``."""
         if before is None or after is None:
             return {"status": "unavailable"}
-        out = {k: round(after[k] - before[k], 2) for k in after}
-        live = sum(v for k, v in out.items() if k != "total")
-        out["ended"] = round(out["total"] - live, 2)
-        return out
+        out = {"jit": 0.0, "gc": 0.0, "tasks": 0.0, "driver": 0.0}
+        old = before["threads"]
+        for tid, (kind, cpu) in after["threads"].items():
+            out[kind] += cpu - (old[tid][1] if tid in old else 0.0)
+        total = after["total"] - before["total"]
+        out["ended"] = total - sum(out.values())
+        out["total"] = total
+        return {k: round(v, 2) for k, v in out.items()}
 
 
 # --------------------------------------------------------------------------- machine

@@ -6,6 +6,7 @@ the pure helpers that decide what it measures, without Spark or Redis.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,27 @@ def test_redis_feed_helpers() -> None:
     # (pipeline.conform), not from a copy of its rules in the bench
     assert not hasattr(bench, "resolve_dbs") and not hasattr(bench, "valid_rows")
     assert bench._resp(["SET", "k", "é"]) == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\xc3\xa9\r\n"
+
+
+def test_jvm_cpu_by_thread_kind(tmp_path: Path) -> None:
+    """Threads are counted by kind from their names; a thread that ends between two
+    readings counts under ``ended``, one that starts counts whole, and the kinds add up to
+    the process's total."""
+    bench = _load()
+    before = {
+        "total": 10.0,
+        "threads": {"1": ("jit", 4.0), "2": ("tasks", 3.0), "3": ("tasks", 2.0)},
+    }
+    after = {
+        "total": 20.0,
+        "threads": {"1": ("jit", 6.0), "2": ("tasks", 5.0), "4": ("tasks", 1.5)},
+    }
+    got = bench.JvmThreadCpu.diff(before, after)
+    assert got == {"jit": 2.0, "gc": 0.0, "tasks": 3.5, "driver": 0.0, "ended": 4.5, "total": 10.0}
+    assert bench.JvmThreadCpu.diff(None, after) == {"status": "unavailable"}
+    kinds = dict(bench.JvmThreadCpu.KINDS)
+    assert kinds["jit"].match("C2 CompilerThre") and kinds["gc"].match("G1 Conc#0")
+    assert kinds["tasks"].match("Executor task l") and not kinds["jit"].match("Thread-3")
+    # this process read as a "JVM": its threads are there and add up
+    own = bench.JvmThreadCpu(os.getpid()).read()
+    assert own is not None and own["threads"] and own["total"] >= 0
