@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -343,41 +342,6 @@ def retag_shared_rows(
     if rows.num_rows > SHARED_ROWS_COLLECTED:
         return others.unionByName(retagged), True, None
     return others.unionByName(spark.createDataFrame(rows, schema=tagged.schema)), False, rows
-
-
-def facts_after_retag(
-    facts: dict[str, Any], by_reason: dict[str, int], rows: pa.Table
-) -> tuple[dict[str, Any], dict[str, int]] | None:
-    """:func:`tagged_facts` of the rows once those sharing a seq are tagged again, from its
-    facts before (``facts``, ``by_reason``) and the rows tagged again (``rows``, with their
-    new ``reason``), with no Spark action: the rows a shared seq rejects leave the valid
-    rows (their count and their reasons' counts move). None when those rows held a
-    maximum or a flag no valid row can be known to hold still (the caller then asks the
-    rows again)."""
-    from pelengine.local.validate import facts_of
-
-    reason = rows.column("reason")
-    shared = pc.fill_null(pc.starts_with(reason, SHARED_REASONS[0]), False)
-    shared = pc.or_(shared, pc.fill_null(pc.equal(reason, SHARED_REASONS[1]), False))
-    gone = facts_of(rows.filter(shared))  # valid before, rejected now
-    if gone["rows"] == 0:
-        return facts, by_reason
-    kept = facts_of(rows.filter(pc.is_null(reason)))  # valid before and now
-    after = dict(facts)
-    after["rows"] = facts["rows"] - gone["rows"]
-    for name in ("max_seq", "max_ts"):
-        if gone[name] == facts[name] and kept[name] != facts[name]:
-            return None  # the largest may have gone
-    for flag in ("selects_without_db", "multi", "lua"):
-        if gone[flag] and not kept[flag]:
-            return None  # the only row with it may have gone
-    if gone["select_db"] is not None:
-        return None  # the last SELECT may have gone
-    moved = dict(by_reason)
-    for value in pc.filter(reason, shared).to_pylist():
-        kind = value.split(REASON_VALUE, 1)[0]
-        moved[kind] = moved.get(kind, 0) + 1
-    return after, moved
 
 
 #: the reasons :func:`tag_rejected` gives only to rows sharing a seq (the rows with none of

@@ -20,6 +20,7 @@ from pyspark.sql.types import (
 
 from pelengine.engine.native import resolve_engine
 from pelengine.engine.outcomes import replay_report
+from pelengine.local.validate import facts_after_retag
 from pelengine.model.delivery import INCARNATION_COLUMNS, SEGMENT_COLUMNS
 from pelengine.pipeline import assemble
 from pelengine.pipeline.assemble import (
@@ -32,7 +33,6 @@ from pelengine.pipeline.carry import Carry, carry_tables, prior_segments, rename
 from pelengine.pipeline.conform import (
     conform_events,
     cut_as_of,
-    facts_after_retag,
     first_facts,
     resolve_db,
     retag_shared_rows,

@@ -310,7 +310,8 @@ def test_facts_after_retag_equal_the_facts_asked_again(
     """The facts of the rows once shared seqs are compared, worked out on the driver from
     the facts before and the rows tagged again, equal those Spark gives over the rows
     tagged again; where they cannot be told, None (and the run asks Spark)."""
-    from pelengine.pipeline.conform import facts_after_retag, first_facts, retag_shared_rows
+    from pelengine.local.validate import facts_after_retag
+    from pelengine.pipeline.conform import first_facts, retag_shared_rows
 
     rows = [(i, 1000 + i, ["XADD", "s", "*", "f", "v"]) for i in range(1, 10)] + extra
     events = spark.createDataFrame(rows, "seq BIGINT, ts_ms BIGINT, argv ARRAY<STRING>")
