@@ -16,6 +16,7 @@ columns it reads. Per-row work is Arrow compute; Python sees only the rows that 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,10 @@ _CARRIED = ("seq", "ts_ms", "argv", "db", "client", EXEC_UNIT)
 
 #: the most rows one Arrow batch of the router's input holds
 ROUTE_BATCH_ROWS = 65_536
+#: threads that route at once with the native router (:func:`route`), and the fewest rows
+#: worth splitting
+ROUTE_WORKERS = 2
+ROUTE_SPLIT_ROWS = 200_000
 
 
 def sorted_by_seq(valid: pa.Table) -> pa.Table:
@@ -308,10 +313,36 @@ def _several_streams(argv: pa.ChunkedArray, reads: pa.Array) -> pa.Array:
     return pa.array(out)
 
 
-def route(valid: pa.Table, router: Any, batch_rows: int = ROUTE_BATCH_ROWS) -> pa.Table:
+def route(
+    valid: pa.Table,
+    new_router: Callable[[], Any],
+    workers: int = 1,
+    batch_rows: int = ROUTE_BATCH_ROWS,
+) -> pa.Table:
     """``valid`` through the engine's ``Router`` (``command``, ``scope``, ``families``,
-    ``pre_kind``, ``pre_error``, ``group``, ``group_only`` appended), in its row order."""
-    batches = [router.route(b) for b in valid.to_batches(max_chunksize=batch_rows)]
+    ``pre_kind``, ``pre_error``, ``group``, ``group_only`` appended), in its row order.
+    ``workers`` > 1 (the native router, which routes without the interpreter's lock): when
+    the rows are many, cut into that many runs, each routed by its own router
+    (``new_router()``) in its own thread, as each partition of the Spark runner has its
+    own, and put back in order."""
+    n = valid.num_rows
+    if workers < 2 or n < ROUTE_SPLIT_ROWS:
+        parts = [valid]
+    else:
+        step = -(-n // workers)
+        parts = [valid.slice(at, step) for at in range(0, n, step)]
+
+    def routed(part: pa.Table) -> list[pa.RecordBatch]:
+        router = new_router()
+        return [router.route(b) for b in part.to_batches(max_chunksize=batch_rows)]
+
+    if len(parts) == 1:
+        batches = routed(parts[0])
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="route") as pool:
+            batches = [b for done in pool.map(routed, parts) for b in done]
     if not batches:
         return pa.Table.from_batches([], schema=_routed_schema(valid.schema))
     return pa.Table.from_batches(batches)

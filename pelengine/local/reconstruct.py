@@ -136,8 +136,12 @@ def reconstruct_local(
     if renamed and states_in is not None:
         progress(f"{len(renamed)} saved famil(ies) tied to others by new events: merging")
         states_in = night.renamed_states(states_in, renamed)
-    router = _engine(engine)().Router(chosen, families)
-    routed = prepare.route(valid.select(list(ROUTER_INPUT)), router)
+    router = _engine(engine)().Router
+    routed = prepare.route(
+        valid.select(list(ROUTER_INPUT)),
+        lambda: router(chosen, families),
+        prepare.ROUTE_WORKERS if engine == "native" else 1,
+    )
     found = prepare.routed_facts(routed)
     old_waits = [
         (c, d, renamed.get((d, f), f)) for c, d, f in (carry.waits if carry is not None else [])

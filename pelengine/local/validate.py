@@ -333,17 +333,24 @@ def _shared(rows: pa.Table, reason: pa.Array) -> pa.Array:
             row["client"],
         )
         by_seq.setdefault(row["seq"], []).append((i, signature))
-    out = reason.to_pylist()
+    had = dict(zip(at, reason.take(pa.array(at, pa.int64())).to_pylist(), strict=True))
+    changed: dict[int, str] = {}
     for members in by_seq.values():
         variants = {signature for _, signature in members}
         for rank, (i, _) in enumerate(members):
-            if out[i] is not None:
+            if had[i] is not None:
                 continue
             if len(variants) > 1:
-                out[i] = f"conflicting rows share seq ({len(members)})"
+                changed[i] = f"conflicting rows share seq ({len(members)})"
             elif rank > 0:
-                out[i] = "duplicate row (same seq)"
-    return pa.array(out, pa.string())
+                changed[i] = "duplicate row (same seq)"
+    if not changed:
+        return reason
+    # only the changed rows leave Arrow: the others (a million, most null) stay as they are
+    where = np.zeros(len(reason), dtype=bool)
+    where[sorted(changed)] = True
+    values = pa.array([changed[i] for i in sorted(changed)], pa.string())
+    return pc.replace_with_mask(reason, pa.array(where), values)
 
 
 def command_names(argv: pa.ChunkedArray | pa.Array) -> pa.Array:

@@ -78,3 +78,34 @@ def test_rows_taken_in_parts_are_the_rows_in_their_order(workers: int, extra: in
     got = take_rows(table, rows, workers)
     assert got.num_rows == n
     assert got.to_pylist() == table.take(rows).to_pylist()
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_routing_in_parts_is_routing_once(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """The local runner's native router in ``workers`` threads, each routing its own run of
+    rows with its own router (``prepare.route``), routes every row as one router routing
+    them all in order does, and the run's tables are the same."""
+    import pelengine.local.prepare as prepare
+    from pelengine.local.reconstruct import reconstruct_local
+    from pelengine.settings import Settings
+    from tests.local.test_runners_equal import _log
+
+    events = _log(11, events=3000)
+    routed: list[pa.Table] = []
+    original = prepare.route
+
+    def route(valid: pa.Table, new_router: object, n: int = 1, batch_rows: int = 256) -> pa.Table:
+        # small batches: each part is several batches, and a part boundary falls inside one
+        routed.append(original(valid, new_router, n, batch_rows))  # type: ignore[arg-type]
+        return routed[-1]
+
+    monkeypatch.setattr(prepare, "route", route)
+    settings = Settings(profile="7.0", engine="native")
+    once = reconstruct_local(events, settings)
+    monkeypatch.setattr(prepare, "ROUTE_SPLIT_ROWS", 0)
+    monkeypatch.setattr(prepare, "ROUTE_WORKERS", workers)
+    parts = reconstruct_local(events, settings)
+    assert routed[0].num_rows > 1000
+    assert routed[1].to_pylist() == routed[0].to_pylist()
+    for name, table in once.tables.items():
+        assert parts.tables[name].to_pylist() == table.to_pylist(), name
