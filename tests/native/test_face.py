@@ -586,6 +586,32 @@ def test_invalid_input_arrays_are_errors_not_reads() -> None:
         list(native_outputs(settings, [_with_argv_values(batch, falling, bytes(data))]))
 
 
+def test_the_router_and_the_digest_check_their_input_as_the_replay_does() -> None:
+    """``Router.route`` and ``spark_digest`` take a batch as ``FamilyReplay.feed`` does:
+    unchecked by the import, then checked (``check_batch``) over its own rows before
+    anything reads it. Invalid UTF-8 in argv is a ValueError naming the column; the same
+    bytes intact route as the original batch; a slice of a larger batch routes as the
+    same rows copied apart (the check and the reads follow its offsets)."""
+    settings = Settings(profile="7.4")
+    batch = batches_of(hand_rows()[:5])[0]
+    offsets, data = _argv_bytes(batch)
+    router = native.Router(settings.model_profile, {})
+    same = _with_argv_values(batch, offsets, bytes(data))
+    assert router.route(same).to_pylist() == router.route(batch).to_pylist()
+    broken = bytearray(data)
+    broken[offsets[1]] = 0xFF
+    bad = _with_argv_values(batch, offsets, bytes(broken))
+    with pytest.raises(ValueError, match="argv"):
+        router.route(bad)
+    with pytest.raises(ValueError, match="argv"):
+        native.spark_digest(bad.select(["seq", "ts_ms", "argv", "db"]))
+    rows = hand_rows()
+    whole = batches_of(rows, size=len(rows))[0]
+    for part in (whole.slice(0, 7), whole.slice(7, 6), whole.slice(13)):
+        apart = pa.RecordBatch.from_pylist(part.to_pylist(), schema=part.schema)
+        assert router.route(part).to_pylist() == router.route(apart).to_pylist()
+
+
 def test_invalid_bytes_under_a_null_are_refused_as_arrow_refuses_them() -> None:
     """arrow-rs's full check reads the bytes of null slots too (pyarrow's does not), and
     the core keeps its verdict: such a column was refused before the tight check, and

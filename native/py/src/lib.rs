@@ -191,9 +191,7 @@ impl FamilyReplay {
         py: Python<'py>,
         batch: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        // SAFETY: nothing reads the batch before `check_batch` has found every column
-        // valid (Arrow's `validate_full` checks, see input.rs); an invalid one is an error.
-        let batch = unsafe { RecordBatch::from_pyarrow_bound_unchecked(batch) }?;
+        let batch = unchecked_batch(batch)?;
         let inner = exclusive(&mut self.inner);
         let out = py
             .detach(|| {
@@ -243,15 +241,33 @@ impl Router {
     fn route(
         &mut self,
         py: Python<'_>,
-        batch: PyArrowType<RecordBatch>,
+        batch: &Bound<'_, PyAny>,
     ) -> PyResult<PyArrowType<RecordBatch>> {
+        let batch = unchecked_batch(batch)?;
         let inner = exclusive(&mut self.inner);
         let out = py
-            .detach(|| guarded(|| inner.route(&batch.0)))
+            .detach(|| {
+                guarded(|| {
+                    crate::input::check_batch(&batch).map_err(Failure::Value)?;
+                    inner.route(&batch)
+                })
+            })
             .map_err(runtime("Router.route"))?
             .map_err(|f| f.into_pyerr(py))?;
         Ok(PyArrowType(out))
     }
+}
+
+/// `batch` (a `pyarrow.RecordBatch`) imported without copying and without Arrow's check;
+/// every caller runs `input::check_batch` on it before anything reads it (Arrow's
+/// `validate_full` checks, over the rows the batch has). The checked import
+/// (`PyArrowType`) validates a list column's whole child array, which a batch sliced from
+/// a larger table shares: each of a table's batches then cost the whole table, and a
+/// 3M-event local run routed each 65k-row batch in 0.12 s instead of 0.02 s.
+fn unchecked_batch(batch: &Bound<'_, PyAny>) -> PyResult<RecordBatch> {
+    // SAFETY: nothing reads the batch before `check_batch` has found every column valid
+    // (see above and input.rs); an invalid one is an error.
+    unsafe { RecordBatch::from_pyarrow_bound_unchecked(batch) }
 }
 
 /// `i64::MAX + n` computed inside the guard every entry point uses: for the test that a
@@ -270,12 +286,13 @@ fn _overflow_for_test(n: i64) -> PyResult<i64> {
 #[pyfunction]
 fn spark_digest(
     py: Python<'_>,
-    batch: PyArrowType<RecordBatch>,
+    batch: &Bound<'_, PyAny>,
 ) -> PyResult<(i64, i64, i64, Option<i64>)> {
     use crate::digest::{spark_hash, Value};
     use crate::input::{Ints, StrLists, Strs};
-    let batch = batch.0;
+    let batch = unchecked_batch(batch)?;
     py.detach(|| {
+        crate::input::check_batch(&batch).map_err(pyo3::exceptions::PyValueError::new_err)?;
         let type_error =
             |e: crate::input::ColumnTypeError| pyo3::exceptions::PyTypeError::new_err(e.0);
         let seq = Ints::read(&batch, "seq").map_err(type_error)?;
