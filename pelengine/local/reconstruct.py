@@ -27,6 +27,8 @@ from pelengine.settings import Settings
 EXEC_UNIT = prepare.EXEC_UNIT
 #: the columns the router reads, in the order the Spark runner gives them
 ROUTER_INPUT = ("seq", "ts_ms", "argv", "db", "client", "source", EXEC_UNIT)
+#: the routed rows' columns the report's outcome counts read (``count_outcomes``)
+OUTCOME_INPUT = ("seq", "ts_ms", "source", "scope", "command", "pre_kind", "pre_error")
 
 
 @dataclass
@@ -90,7 +92,14 @@ def reconstruct_local(
     progress("validating events")
     conformed = conform_table(events)
     facts = conformed.facts
+    rejected, rejected_by_reason = conformed.rejected, dict(conformed.rejected_by_reason)
+    digest = None
+    if settings.incremental and conformed.rows is not None:
+        digest = spark_digest(conformed.rows)
     valid = prepare.sorted_by_seq(conformed.valid)
+    # each table below goes as soon as the next step has what it needs from it: at 10M
+    # events every copy of the log is gigabytes
+    del conformed
     names = command_names(valid.column("argv"))
     initial_db = carry.select_db if carry is not None else 0
     if settings.incremental:
@@ -156,6 +165,9 @@ def reconstruct_local(
         carried["waits"] = sorted(set(found.waits) | set(old_waits))
         carried["family_of"] = families
         rows = night.with_seeds(rows, states_in)
+    # what the report's counts read of the routed rows (not argv: the fan-out has a copy)
+    outcome_columns = routed.select(list(OUTCOME_INPUT))
+    del valid, routed
     lap("route")
 
     progress(f"replaying through the {chosen.name} model ({engine} engine) in this process")
@@ -168,6 +180,7 @@ def reconstruct_local(
         progress,
         mark_seq=mark_seq,
     )
+    del rows
     prior = None
     if carry is not None and "delivery_counts" in carry.previous:
         prior = night.prior_segments(carry.previous["delivery_counts"], batches, carry.high_seq)
@@ -189,22 +202,19 @@ def reconstruct_local(
         (engine, engine_reason),
         (as_of_ms, as_of_seq, stop_seq),
         split,
-        {"valid": n_valid, "rejected_by_reason": dict(conformed.rejected_by_reason)},
+        {"valid": n_valid, "rejected_by_reason": rejected_by_reason},
         timings,
     )
-    count_outcomes(routed, batches, report)
+    count_outcomes(outcome_columns, batches, report)
     ev = report["events"]
     lap(
         "replay",
         f"{ev['applied']:,} applied, {ev['ignored']:,} ignored, {ev['failed']:,} failed "
         "(Redis errors)",
     )
-    digest = None
-    if settings.incremental and conformed.rows is not None:
-        digest = spark_digest(conformed.rows)
     return LocalResult(
         tables,
-        conformed.rejected,
+        rejected,
         as_of_ms,
         as_of_seq,
         report,

@@ -171,7 +171,9 @@ def delivery_counts(
         return _merged(segments.to_pylist(), incarnations.to_pylist(), schema)
     # each entry's segments together, in order: sorted by integers where the identity has
     # them (the group as its rank, the ID as its two numbers; the ID's text, which they
-    # spell, only decides their ties)
+    # spell, only decides their ties). In one chunk first: the replay gives them in
+    # hundreds of batches, and sorting and taking across chunks cost more than the copy
+    segments = segments.combine_chunks()
     segments = segments.append_column("_group_rank", string_rank(segments.column("group")))
     order = ["db", "_group_rank", "group_created_seq", "id_ms", "id_seq", "id", "segment_n"]
     segments = segments.sort_by([(c, "ascending") for c in order]).drop_columns("_group_rank")
@@ -301,7 +303,8 @@ def count_outcomes(
     routed: pa.Table, batches: dict[str, list[pa.RecordBatch]], report: dict[str, Any]
 ) -> None:
     """The report's applied / ignored / failed counts, by command and error kind, its
-    notes and its ``starting_state`` (``pipeline.assemble.report_facts``): events that
+    notes and its ``starting_state`` (``pipeline.assemble.report_facts``), from
+    ``routed``'s columns ``local.reconstruct.OUTCOME_INPUT`` and the replay's: events that
     reach no stream by their outcome alone, the replays' counters, and each event
     replayed by several families counted once (an error anywhere wins, then applied,
     then ignored)."""
