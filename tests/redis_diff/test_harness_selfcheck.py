@@ -199,6 +199,13 @@ def test_workload_sends_every_command_valid_and_invalid(clean_redis: RedisServer
     writes = EVENTS_MD_COMMANDS - READ_ONLY
     assert set(ok) >= writes, writes - set(ok)
     sent = set(ok) | set(failed)
+    # each read-only command is one draw of ten among a few dozen reads, and the draws
+    # follow the server's replies and clock: a run can miss one (XLEN once in four runs
+    # here, valkey-8.1), so up to two more seeds run for those
+    for seed in (4243, 4244):
+        if sent >= READ_ONLY:
+            break
+        sent |= {_name(r) for r in run_workload(clean_redis, seed, 2000, db=9).records}
     assert sent >= READ_ONLY, READ_ONLY - sent
     for name in ("XADD", "XREADGROUP", "XCLAIM", "XAUTOCLAIM", "XACK", "XGROUP CREATE"):
         assert failed[name] > 0, f"no rejected {name}"
