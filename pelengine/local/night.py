@@ -8,6 +8,7 @@ first segments, every other family's rows of the snapshot tables with the night'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -94,12 +95,26 @@ def with_seeds(rows: pa.Table, states: pa.Table | None) -> pa.Table:
     return both.take(order).drop_columns("_rank")
 
 
+#: The previous ``delivery_counts`` rows a night did not read whole (its closed ones,
+#: outside the ``pending`` partition): given which rows are wanted (a function from a
+#: table of their ``SEGMENT_IDENTITY`` columns to the positions wanted, ascending), those
+#: rows, every column (``runs.local_night`` reads the identity columns of each closed
+#: file, then only the files holding a wanted row)
+ClosedRows = Callable[[Callable[[pa.Table], pa.Array]], pa.Table]
+
+
 def prior_segments(
-    old: pa.Table, batches: dict[str, list[pa.RecordBatch]], high_seq: int
-) -> pa.Table:
+    old: pa.Table,
+    batches: dict[str, list[pa.RecordBatch]],
+    high_seq: int,
+    closed: ClosedRows | None = None,
+) -> tuple[pa.Table, bool]:
     """The previous ``delivery_counts`` rows the night can change, as segments before
     any of its own (``carry.prior_segments``): the rows of the entries one of its segments
-    names, and every row of a group incarnation a RENAME of the night moved."""
+    names, and every row of a group incarnation a RENAME of the night moved; from ``old``
+    (the previous rows, or, with ``closed``, the pending ones) and ``closed``. Also
+    whether one of them is closed (the night's merge must then meet the whole table, not
+    only its ``pending`` partition: ``carry.PRIOR_CLOSED``)."""
     segments = _replay_table(batches, "delivery_segments")
     incarnations = _replay_table(batches, "group_incarnations")
     identity = list(SEGMENT_IDENTITY)
@@ -111,33 +126,28 @@ def prior_segments(
     inc = list(INCARNATION_IDENTITY)
     moved = moved.select(inc).group_by(inc, use_threads=False).aggregate([])
     moved = moved.append_column("_moved", pa.repeat(True, moved.num_rows))
-    keyed = old.append_column("_row", pa.array(np.arange(old.num_rows, dtype=np.int64)))
-    keyed = keyed.select([*identity, "_row"])
-    hits = keyed.join(
-        touched.cast(
-            pa.schema([keyed.schema.field(c) for c in identity]).append(
-                pa.field("_touched", pa.bool_())
-            )
-        ),
-        identity,
-        join_type="left outer",
-        use_threads=False,
-    )
-    hits = hits.join(
-        moved.cast(
-            pa.schema([keyed.schema.field(c) for c in inc]).append(pa.field("_moved", pa.bool_()))
-        ),
-        inc,
-        join_type="left outer",
-        use_threads=False,
-    )
-    chosen = hits.filter(
-        pc.or_(
-            pc.fill_null(hits.column("_touched"), False), pc.fill_null(hits.column("_moved"), False)
+
+    def wanted(keys: pa.Table) -> pa.Array:
+        """The positions (ascending) of the rows of ``keys`` the night continues."""
+        keyed = keys.select(identity).append_column(
+            "_row", pa.array(np.arange(keys.num_rows, dtype=np.int64))
         )
-    )
-    rows = old.take(pa.array(np.sort(chosen.column("_row").to_numpy())))
+        hits = _flagged(_flagged(keyed, touched, identity), moved, inc)
+        chosen = hits.filter(
+            pc.or_(
+                pc.fill_null(hits.column("_touched"), False),
+                pc.fill_null(hits.column("_moved"), False),
+            )
+        )
+        return pa.array(np.sort(chosen.column("_row").to_numpy()), pa.int64())
+
+    rows = old.take(wanted(old))
+    if closed is not None and (touched.num_rows or moved.num_rows):
+        more = closed(wanted)
+        if more.num_rows:
+            rows = pa.concat_tables([rows, more.select(rows.column_names).cast(rows.schema)])
     n = rows.num_rows
+    any_closed = bool(n) and bool(pc.any(pc.not_equal(rows.column("status"), "pending")).as_py())
     seg_schema = _arrow_schema(REPLAY_TABLE_SCHEMAS["delivery_segments"])
     columns = []
     for f in seg_schema:
@@ -145,7 +155,14 @@ def prior_segments(
             columns.append(pa.repeat(PRIOR_SEGMENT_N, n).cast(f.type))
         else:
             columns.append(rows.column(f.name).cast(f.type))
-    return pa.table(columns, schema=seg_schema).select(list(SEGMENT_COLUMNS))
+    return pa.table(columns, schema=seg_schema).select(list(SEGMENT_COLUMNS)), any_closed
+
+
+def _flagged(left: pa.Table, right: pa.Table, names: list[str]) -> pa.Table:
+    """``left`` joined (left outer) on ``names`` to ``right``, whose one other column is a
+    flag: null on the rows of ``left`` it has no row for."""
+    schema = pa.schema([left.schema.field(c) for c in names]).append(right.schema.field(-1))
+    return left.join(right.cast(schema), names, join_type="left outer", use_threads=False)
 
 
 def _matching(table: pa.Table, keys: pa.Table, names: list[str], *, anti: bool) -> pa.Array:

@@ -46,6 +46,9 @@ class LocalCarry:
     waits: list[tuple[str, int, str]]  # (client, db, family) of every blocking read so far
     select_db: int = 0  # the db of the last SELECT (for rows that carry none)
     open_units: dict[str, int | None] = field(default_factory=dict)  # 7.2+ MULTI left open
+    #: the previous delivery_counts rows ``previous`` lacks (its closed ones), where it
+    #: holds only the pending ones (``local.night.ClosedRows``)
+    closed_history: night.ClosedRows | None = None
 
 
 @dataclass
@@ -183,7 +186,9 @@ def reconstruct_local(
     del rows
     prior = None
     if carry is not None and "delivery_counts" in carry.previous:
-        prior = night.prior_segments(carry.previous["delivery_counts"], batches, carry.high_seq)
+        prior, carried["prior_closed"] = night.prior_segments(
+            carry.previous["delivery_counts"], batches, carry.high_seq, carry.closed_history
+        )
     tables = output_tables(batches, prior)
     states: pa.Table | None = None
     if settings.incremental:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -36,10 +37,12 @@ import pyarrow.compute as pc
 
 from pelengine import storage
 from pelengine.engine.udf import _arrow_schema
+from pelengine.local.night import ClosedRows
 from pelengine.local.reconstruct import LocalCarry, LocalResult, reconstruct_local
 from pelengine.local.validate import conform_table
+from pelengine.model.delivery import SEGMENT_IDENTITY
 from pelengine.model.persist import STATE_SCHEMA_VERSION
-from pelengine.pipeline.carry import HISTORY_KEYS, PEL_HISTORY_REPLACES
+from pelengine.pipeline.carry import HISTORY_KEYS, PEL_HISTORY_REPLACES, PENDING_ONLY
 from pelengine.pipeline.conform import InputContractError
 from pelengine.progress import Progress, quiet
 from pelengine.runs.incremental import (
@@ -139,9 +142,14 @@ def _night(
             mode = "incremental"
             previous = {
                 name: sessionless.read_arrow(output.table(name), version=pinned[name])
-                for name in (*SNAPSHOT_TABLES, "delivery_counts")
+                for name in SNAPSHOT_TABLES
                 if name in pinned
             }
+            closed_history = None
+            if "delivery_counts" in pinned:
+                previous["delivery_counts"], closed_history = _delivery_counts_read(
+                    output.table("delivery_counts"), pinned["delivery_counts"]
+                )
             g = saved.globals
             carry = LocalCarry(
                 high_seq=saved.high_seq if saved.high_seq is not None else -(2**63),
@@ -153,6 +161,7 @@ def _night(
                 waits=g.get("waits", []),
                 select_db=g.get("select_db", 0),
                 open_units=g.get("open_units", {}),
+                closed_history=closed_history,
             )
             result = reconstruct_local(rows, night_settings, progress, carry)
         else:
@@ -208,9 +217,18 @@ def _night(
     }
     write_started = time.monotonic()
     seconds: dict[str, float] = {}
+    merge_reads: dict[str, str] = {}
     if carry is not None:
         rows_out = _write_night(
-            output, result, run_row, carry.high_seq, pinned, version, progress, seconds
+            output,
+            result,
+            run_row,
+            carry.high_seq,
+            pinned,
+            version,
+            progress,
+            seconds,
+            merge_reads,
         )
     else:
         rows_out = _write_full(output, result, run_row, version, upgrade, progress, seconds)
@@ -220,6 +238,8 @@ def _night(
     report.update({k: v for k, v in result.report.items() if k != "timings_s"})
     report["input"] = {"path": events_path, "delta_version": version}
     report["output"] = {**output.describe(), "rows": rows_out}
+    if merge_reads:
+        report["output"]["merge_reads"] = merge_reads
     report["keys"] = rows_out.get("streams", 0)
     count_rejected(report)
     report["incremental"]["high_seq"] = high_seq
@@ -453,10 +473,13 @@ def _write_night(
     version: int,
     progress: Progress,
     seconds: dict[str, float],
+    merge_reads: dict[str, str],
 ) -> dict[str, int]:
     """A night's writes (``runs.incremental._write_night``): the snapshot tables whole, the
     history tables by appending their new rows and replacing the rows new commands
-    changed, then the state rows of the replayed families and the run row."""
+    changed, then the state rows of the replayed families and the run row.
+    ``merge_reads``: what delivery_counts' merge met, its ``pending`` partition where
+    every row it replaces is pending (``carry.PENDING_ONLY``), else the whole table."""
     rows: dict[str, int] = {}
     steps = [*SNAPSHOT_TABLES, *HISTORY_TABLES, "rejected_events"]
     options = {"txnAppId": TXN_APP_ID, "txnVersion": str(version)}
@@ -473,13 +496,22 @@ def _write_night(
             _restore_if_moved(path, pinned.get(name), progress)
             source = result.rejected if name == "rejected_events" else result.tables[name]
             changed = changed_rows(name, source, high_seq)
+            narrowed = None
             if name in HISTORY_KEYS:
                 where = PEL_HISTORY_REPLACES if name == "pel_history" else None
+                if name == "delivery_counts":
+                    narrowed = not result.carried.get("prior_closed", True)
+                    where = PENDING_ONLY if narrowed else None
                 done = sessionless.replace_arrow(changed, path, HISTORY_KEYS[name], where=where)
             else:
                 done = {"inserted": sessionless.append_arrow(changed, path), "deleted": 0}
             rows[name] = done["inserted"]
             what = f"{done['inserted']:,} rows added or changed, {done['deleted']:,} replaced"
+            if narrowed is not None and (done["inserted"] or done["deleted"]):
+                merge_reads[name] = (
+                    "pending partition" if narrowed else "whole table: a closed row changed"
+                )
+                what += f" (the merge read the {merge_reads[name]})"
         seconds[name] = round(time.monotonic() - started, 3)
         progress(f"wrote {name}: {what} in {seconds[name]:.1f} s")
     progress("writing the state")
@@ -504,6 +536,36 @@ def _write_night(
         f"replaced in {seconds[STATE_TABLE]:.1f} s"
     )
     return rows
+
+
+def _delivery_counts_read(path: storage.TableRef, version: int) -> tuple[pa.Table, ClosedRows]:
+    """What a night reads of ``delivery_counts`` at ``version``: its ``pending`` partition
+    whole (as large as the live PELs), and a reader of its other (closed) rows that reads
+    only their identity columns, then every column of the few files holding a row the
+    night continues (an entry delivered again after it closed, a group a RENAME moved).
+    An output written before the table was partitioned is all one part: read whole."""
+    files = sessionless.data_files(path, version)
+    if not files or any("status" not in parts for _, parts in files):
+        return sessionless.read_arrow(path, version=version), lambda wanted: _NO_ROWS
+    pending = [f for f, parts in files if parts["status"] == "pending"]
+    closed = [f for f, parts in files if parts["status"] != "pending"]
+    rows = sessionless.read_arrow(path, version=version, files=pending)
+
+    def closed_rows(wanted: Callable[[pa.Table], pa.Array]) -> pa.Table:
+        found = []
+        for file in closed:
+            keys = sessionless.read_arrow(
+                path, columns=SEGMENT_IDENTITY, version=version, files=[file]
+            )
+            at = wanted(keys)
+            if len(at):
+                found.append(sessionless.read_arrow(path, version=version, files=[file]).take(at))
+        return pa.concat_tables(found) if found else rows.schema.empty_table()
+
+    return rows, closed_rows
+
+
+_NO_ROWS = pa.table({})
 
 
 def _restore_if_moved(path: storage.TableRef, pinned: int | None, progress: Progress) -> None:

@@ -583,11 +583,12 @@ class DeltaWriter(DataSourceArrowWriter):
                             ColumnStats(self.file_schema),
                         )
                     data = part.select(self.file_schema.names)
-                    found.writer.write_batch(data)
                     found.stats.add(data)
+                    found.hold(data)
             added = []
             now = int(time.time() * 1000)
             for values, found in open_files.items():
+                found.flush()
                 found.writer.close()
                 found.closed = True
                 size = filesystem.get_file_info(found.name).size
@@ -770,12 +771,41 @@ def first_commit_local(
 
 @dataclass
 class _OpenFile:
-    """A data file a task is writing (see :meth:`DeltaWriter.write`)."""
+    """A data file a task is writing (see :meth:`DeltaWriter.write`). Its batches are held
+    until they make a row group (:data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES`):
+    Parquet writes each call as a row group of its own, and a file of many tiny ones (a
+    state table of one family per batch, a replay's output in thousands of small batches)
+    costs every reader a column chunk per column per group."""
 
     name: str
     writer: Any
     stats: ColumnStats
     closed: bool = False
+    held: list[Any] = field(default_factory=list)
+    held_rows: int = 0
+    held_bytes: int = 0
+
+    def hold(self, batch: Any) -> None:
+        self.held.append(batch)
+        self.held_rows += batch.num_rows
+        self.held_bytes += batch.nbytes
+        if self.held_rows >= ROW_GROUP_ROWS or self.held_bytes >= ROW_GROUP_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the held batches as one row group."""
+        import pyarrow as pa
+
+        if self.held:
+            table = pa.Table.from_batches(self.held, schema=self.held[0].schema)
+            self.writer.write_table(table, row_group_size=max(self.held_rows, 1))
+        self.held, self.held_rows, self.held_bytes = [], 0, 0
+
+
+#: A data file's row groups: at least this many rows, or this many bytes in memory, each
+#: (the last one of a file what is left)
+ROW_GROUP_ROWS = 1_000_000
+ROW_GROUP_BYTES = 64 * 1024 * 1024
 
 
 #: How Hive-style partition directories name a null value (as Spark and delta-rs do).

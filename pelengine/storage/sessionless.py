@@ -11,7 +11,7 @@ schema, same statistics, same idempotence and refusals).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pelengine.storage.names import Table, TableRef
 
@@ -71,8 +71,29 @@ def read_arrow(
         schema = StructType([f for f in schema.fields if f.name in set(columns)])
     options = {} if files is None else {FILES_OPTION: json.dumps([unquote(f) for f in files])}
     reader = DeltaReader(uri, table.version(), schema, options)
+    if files is not None and not files:  # no file asked for: no rows (not the whole table)
+        return reader.target.empty_table()
     batches = [batch for part in reader.partitions() for batch in reader.read(part)]
     return pa.Table.from_batches(batches, schema=reader.target)
+
+
+def data_files(path: TableRef, version: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The data files of the snapshot (or that of ``version``) of the Delta table at
+    ``path``: each one's path as its log names it (for :func:`read_arrow`'s ``files``)
+    and its partition values."""
+    import pyarrow as pa
+
+    from pelengine.storage.embedded import DeltaStorageError, open_table
+
+    uri = _uri(path)
+    table = open_table(uri, version)
+    if table is None:
+        raise DeltaStorageError(f"no Delta table at {uri}")
+    actions = pa.table(table.get_add_actions(flatten=True))
+    prefix = "partition."
+    parts = [c for c in actions.column_names if c.startswith(prefix)]
+    listed = actions.select(["path", *parts]).to_pylist()
+    return [(str(row["path"]), {c[len(prefix) :]: row[c] for c in parts}) for row in listed]
 
 
 def write_arrow(

@@ -8,7 +8,10 @@ events (snapshot tables with their ``as_of_*``, history tables as row sets), and
 the night wrote to each history table (its commit metrics, the report's ``output.rows``)
 must be exactly the rows that differ between the full tables before it (the previous
 run's, read at the versions its ``_runs`` row names) and after it: nothing rewritten that
-did not change, nothing missed. The logs are written by hand.
+did not change, nothing missed. The logs are written by hand. Both runners: the local
+runner's nights read of ``delivery_counts`` only its ``pending`` partition and the closed
+rows they continue, and merge into the pending partition alone where they can, as the
+Spark runner's do.
 
 Suite time: the full recomputation is the pipeline's tables collected as Arrow, not written
 (ten commits less a night), and the night's tables are read through delta-rs (no Spark job
@@ -77,15 +80,16 @@ def _table(root: Path, name: str, version: int | None = None) -> Any:
 
 
 def _night(
-    spark: SparkSession, tmp_path: Path, n: int, rows: list[dict[str, Any]]
+    spark: SparkSession, tmp_path: Path, n: int, rows: list[dict[str, Any]], runner: str
 ) -> dict[str, Any]:
     """Append ``rows`` as night ``n``, run it and a full recomputation, check the night
     (see the module docstring); return its report."""
     events, inc = str(tmp_path / "events"), tmp_path / "inc"
     before = (storage.newest_run(spark, str(inc)) or {})["tables"]
     storage.write_table(spark.createDataFrame(rows, EVENTS_SCHEMA), events, "append")
-    report = run_reconstruct(spark, events, str(inc), Settings(incremental=True))
+    report = run_reconstruct(spark, events, str(inc), Settings(incremental=True, runner=runner))
     assert report["incremental"]["mode"] == "incremental", report["incremental"]
+    assert report.get("runner", "spark") == runner
     # the full recomputation: the pipeline's tables over the whole events table, collected
     # (a full run's writes are every other run test's business)
     result = reconstruct(spark, storage.read_table(spark, events), Settings())
@@ -118,8 +122,9 @@ def _delivery_counts(tmp_path: Path) -> list[dict[str, Any]]:
     return _table(tmp_path / "inc", "delivery_counts").to_pylist()  # type: ignore[no-any-return]
 
 
+@pytest.mark.parametrize("runner", ["spark", "local"])
 def test_nights_write_exactly_the_history_rows_that_differ(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, runner: str
 ) -> None:
     log = Log()
     for k in range(1000):
@@ -134,7 +139,10 @@ def test_nights_write_exactly_the_history_rows_that_differ(
         spark.createDataFrame(log.rows, EVENTS_SCHEMA), str(tmp_path / "events"), "overwrite"
     )
     report = run_reconstruct(
-        spark, str(tmp_path / "events"), str(tmp_path / "inc"), Settings(incremental=True)
+        spark,
+        str(tmp_path / "events"),
+        str(tmp_path / "inc"),
+        Settings(incremental=True, runner=runner),
     )
     assert report["incremental"]["mode"] == "full"
 
@@ -143,7 +151,7 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     log("XADD", "k0500", "2-0", "f", "v")
     log("XREADGROUP", "GROUP", "g", "bob", "STREAMS", "k0500", ">")
     log("XCLAIM", "k0500", "g", "bob", "0", "1-0")
-    report = _night(spark, tmp_path, 1, log.since(mark))
+    report = _night(spark, tmp_path, 1, log.since(mark), runner)
     inc = report["incremental"]
     assert (inc["families_replayed"], inc["families_total"]) == (1, 1002)
     rows = report["output"]["rows"]
@@ -157,7 +165,7 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     log("XREADGROUP", "GROUP", "g", "carol", "STREAMS", "audit", ">")
     log("XADD", "orders:old", "9-0", "f", "v")
     log("XREADGROUP", "GROUP", "g", "carol", "STREAMS", "orders:old", ">")
-    report = _night(spark, tmp_path, 2, log.since(mark))
+    report = _night(spark, tmp_path, 2, log.since(mark), runner)
     assert report["incremental"]["families_replayed"] == 2
     moved = [
         (r["status"], r["changed_seq"])
@@ -172,7 +180,7 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     mark = len(log.rows)
     log("FLUSHALL")
     _busy_key(log, "audit", entries=1)
-    report = _night(spark, tmp_path, 3, log.since(mark))
+    report = _night(spark, tmp_path, 3, log.since(mark), runner)
     inc = report["incremental"]
     assert inc["families_replayed"] == inc["families_total"]
     statuses = {
@@ -186,7 +194,7 @@ def test_nights_write_exactly_the_history_rows_that_differ(
     # meets the whole table to replace it
     mark = len(log.rows)
     log("XCLAIM", "audit", "g", "dave", "0", "1-0", "FORCE")
-    report = _night(spark, tmp_path, 4, log.since(mark))
+    report = _night(spark, tmp_path, 4, log.since(mark), runner)
     assert report["output"]["merge_reads"]["delivery_counts"].startswith("whole table")
     row = [
         (r["status"], r["deliveries"])

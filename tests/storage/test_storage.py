@@ -456,3 +456,40 @@ def test_new_table_is_created_with_its_data_in_one_commit(
     # a rerun of the same night is skipped by the txn recorded in version 0
     storage.write_table(df, path, txn_app_id="night", txn_version=1)
     assert DeltaTable(path).version() == 0
+
+
+def test_small_batches_are_written_as_few_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded writer holds batches until they make a row group: a table given as
+    hundreds of one-row batches (the state table: one family per batch) is one row group
+    per file, not hundreds (every reader pays per column per group), and at the size the
+    writer rolls at, a row group per that many rows; the rows read back as written."""
+    import glob
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from pelengine.storage import embedded, sessionless
+
+    schema = StructType([StructField("n", LongType()), StructField("s", StringType())])
+    batches = [
+        pa.record_batch([pa.array([i], pa.int64()), pa.array([f"v{i}"])], names=["n", "s"])
+        for i in range(450)
+    ]
+    rows = pa.Table.from_batches(batches)
+    assert len(rows.to_batches()) == 450
+
+    def groups(path: Path) -> list[int]:
+        files = glob.glob(str(path / "*.parquet"))
+        return [pq.ParquetFile(f).metadata.num_row_groups for f in files]
+
+    sessionless.write_arrow(rows, str(tmp_path / "one"), schema, "overwrite")
+    assert groups(tmp_path / "one") == [1]
+    assert sessionless.read_arrow(str(tmp_path / "one")).to_pylist() == rows.to_pylist()
+
+    monkeypatch.setattr(embedded, "ROW_GROUP_ROWS", 100)
+    sessionless.write_arrow(rows, str(tmp_path / "five"), schema, "overwrite")
+    assert groups(tmp_path / "five") == [5]  # 100, 100, 100, 100 and the last 50
+    assert sessionless.read_arrow(str(tmp_path / "five")).to_pylist() == rows.to_pylist()
