@@ -127,10 +127,23 @@ class Aligned:
     # on 7.2+ inside a unit the unit's (its first command's line, a script's call line)
     star_ms_later: list[str] = field(default_factory=list)
     star_ms_later_seqs: list[int] = field(default_factory=list)
+    # XADD '*' in a 7.2+ unit whose ID opened the millisecond AFTER the unit's clock line's
+    # (a script's call line, a transaction's first command's line), not after its own
+    # line: the unit's clock read led that line's stamp (see "A unit's clock after its
+    # line")
+    star_unit_clock_ahead: list[str] = field(default_factory=list)
+    star_unit_clock_ahead_seqs: list[int] = field(default_factory=list)
     pins: PinStats | None = None  # with ids_from_aof
     # the most a capture line was stamped after the test sent its command (blocked reads
     # left out: their line waits for the write that serves them): see tolerance_ms
     late_ms: int = 0
+
+    @property
+    def star_off_clock_seqs(self) -> set[int]:
+        """The rows whose reply shows an ID millisecond other than the clock the replay
+        gives the row (before it, or a unit's clock after its line): the rows the AOF
+        pinning must move, and the parser must flag."""
+        return set(self.star_ms_later_seqs) | set(self.star_unit_clock_ahead_seqs)
 
     @property
     def tolerance_ms(self) -> int:
@@ -183,6 +196,27 @@ def _callers(clients: Iterable[str | None]) -> list[str | None]:
             caller = client
         out.append(caller)
     return out
+
+
+# A unit's clock after its line (Valkey 9.1). A server's command clock may run ahead of
+# its MONITOR stamps by a microsecond or two: Valkey 9.1's ustime() (the clock call()
+# reads into the unit's time snapshot, which XADD '*' uses) is the wall time of a
+# gettimeofday() read up to ~1 ms earlier plus the TSC time since (in its binary, ustime
+# extrapolates by getMonotonicUs while under 1000 us have passed; INFO says
+# "monotonic_clock:X86 TSC"), while replicationFeedMonitors stamps each line with
+# gettimeofday() itself. Live, a TIME reply (that snapshot) was after its own line's
+# stamp for 12-20% of 40000 TIMEs, by 1 us (2 us under a CPU load); never on Valkey 8.1
+# (whose ustime is gettimeofday) or Redis 7.0. The lead matters where a line comes
+# within it after the clock read: a script's EVAL/EVALSHA/FCALL line, which evalCommand
+# writes as its first act, right after call() read the unit's clock. About 1 script in
+# 5000 (1 transaction in 12000: its first queued command's line comes after that command
+# ran) read its unit's clock in the millisecond after the one its line shows, so its
+# XADD '*' IDs are one ms after the clock the replay gives the unit. The AOF pin finds
+# them (its window runs to the row's own line, stamped after the XADD ran) and moves
+# them; the parser flags them (the unit began in an earlier ms than the row's line).
+# ``align`` lists them apart (``star_unit_clock_ahead``): only a row whose clock is an
+# earlier line's can be there; a row judged by its own line whose ID is after that line
+# has no candidate left in the pin's window and is counted unpinned instead.
 
 
 def align(
@@ -268,13 +302,21 @@ def align(
             argv = match.sent
             if argv[0].upper() == "XADD" and "*" in argv[2:] and isinstance(match.reply, str):
                 out.star_xadds += 1
-                id_ms = int(match.reply.split("-", 1)[0])
+                id_ms, id_seq = (int(part) for part in match.reply.split("-", 1))
+                where = f"{match.describe()} || capture seq {rec.seq} ts_ms {rec.ts_ms}" + (
+                    f", the unit's {clock_ms}" if clock_ms != rec.ts_ms else ""
+                )
                 if id_ms < clock_ms:
-                    out.star_ms_later.append(
-                        f"{match.describe()} || capture seq {rec.seq} ts_ms {rec.ts_ms}"
-                        + (f", the unit's {clock_ms}" if clock_ms != rec.ts_ms else "")
-                    )
+                    out.star_ms_later.append(where)
                     out.star_ms_later_seqs.append(rec.seq)
+                elif id_ms == clock_ms + 1 and id_seq == 0 and id_ms <= rec.ts_ms:
+                    # a unit's clock read that led its line's stamp (see "A unit's clock
+                    # after its line"); a row judged by its own line has clock_ms == ts_ms.
+                    # Only an ID that opened its millisecond: one after an entry of that
+                    # same ms (a later XADD of the unit) is that entry's successor, which
+                    # the replay makes too once that entry's ID is pinned
+                    out.star_unit_clock_ahead.append(where)
+                    out.star_unit_clock_ahead_seqs.append(rec.seq)
     return out
 
 
