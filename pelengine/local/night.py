@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from pelengine.engine.udf import _arrow_schema
 from pelengine.local.prepare import ROW_SCHEMA, string_rank
+from pelengine.local.validate import nonzero
 from pelengine.model.delivery import (
     INCARNATION_IDENTITY,
     PRIOR_SEGMENT_N,
@@ -127,11 +128,19 @@ def prior_segments(
     moved = moved.select(inc).group_by(inc, use_threads=False).aggregate([])
     moved = moved.append_column("_moved", pa.repeat(True, moved.num_rows))
 
+    ids = pc.unique(touched.column("id").combine_chunks())
+    created = pc.unique(moved.column("group_created_seq").combine_chunks())
+
     def wanted(keys: pa.Table) -> pa.Array:
-        """The positions (ascending) of the rows of ``keys`` the night continues."""
-        keyed = keys.select(identity).append_column(
-            "_row", pa.array(np.arange(keys.num_rows, dtype=np.int64))
-        )
+        """The positions (ascending) of the rows of ``keys`` the night continues: first
+        those whose ID the night touched or whose group incarnation it moved (hash
+        lookups of one column), then the joins on their whole identity."""
+        maybe = pc.is_in(keys.column("id"), value_set=ids.cast(keys.schema.field("id").type))
+        if len(created):
+            seqs = created.cast(keys.schema.field("group_created_seq").type)
+            maybe = pc.or_(maybe, pc.is_in(keys.column("group_created_seq"), value_set=seqs))
+        rows = nonzero(pc.fill_null(maybe, False))
+        keyed = keys.select(identity).take(rows).append_column("_row", rows.cast(pa.int64()))
         hits = _flagged(_flagged(keyed, touched, identity), moved, inc)
         chosen = hits.filter(
             pc.or_(

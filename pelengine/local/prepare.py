@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pelengine.engine.udf import _arrow_schema
-from pelengine.local.validate import command_names
+from pelengine.local.validate import command_names, nonzero
 from pelengine.model.routing import (
     SCOPE_ALL,
     SCOPE_DB,
@@ -70,7 +70,7 @@ def resolve_db(valid: pa.Table, names: pa.Array, initial_db: int, needs: bool) -
     if not needs:
         return pc.fill_null(db, pa.scalar(initial_db, pa.int32())).combine_chunks()
     selects = pc.and_(pc.equal(names, "SELECT"), pc.is_null(db))
-    at = pc.indices_nonzero(pc.fill_null(selects, False)).to_pylist()
+    at = nonzero(pc.fill_null(selects, False)).to_pylist()
     argvs = valid.column("argv").take(pa.array(at, pa.int64())).to_pylist()
     selected: list[int | None] = [None] * valid.num_rows
     for i, argv in zip(at, argvs, strict=True):
@@ -293,7 +293,7 @@ def _several_streams(argv: pa.ChunkedArray, reads: pa.Array) -> pa.Array:
     import numpy as np
 
     lists = argv.combine_chunks()
-    at = pc.indices_nonzero(reads)
+    at = nonzero(reads)
     chosen = lists.take(at)
     upper = pc.utf8_upper(pc.list_flatten(chosen))
     hits = pa.table(
@@ -413,7 +413,7 @@ def fan_out(
     pointers (the command's row, its db and family there, the two flags), sorted; the
     commands' own columns are then taken once, in that order."""
     scope = routed.column("scope")
-    keyed = pc.indices_nonzero(pc.fill_null(pc.equal(scope, SCOPE_KEYS), False))
+    keyed = nonzero(pc.fill_null(pc.equal(scope, SCOPE_KEYS), False))
     families = routed.column("families").take(keyed).combine_chunks()
     parents = pc.list_parent_indices(families)
     flat = pc.list_flatten(families)
@@ -431,7 +431,7 @@ def fan_out(
             .sort_by([("db", "ascending"), ("family", "ascending")])
             .to_pylist()
         )
-        flushes = pc.indices_nonzero(pc.is_in(scope, pa.array([SCOPE_DB, SCOPE_ALL])))
+        flushes = nonzero(pc.is_in(scope, pa.array([SCOPE_DB, SCOPE_ALL])))
         which = routed.take(flushes).select(["db", "scope"]).to_pylist()
         at, dbs, fams = [], [], []
         for i, row in zip(flushes.to_pylist(), which, strict=True):

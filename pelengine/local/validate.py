@@ -59,6 +59,15 @@ class Conformed:
     rows: pa.Table | None = None
 
 
+def nonzero(mask: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The positions of the true values of ``mask`` (``pc.indices_nonzero``), taken over
+    one chunk: pyarrow 23 crashes the interpreter on a chunked array of no chunks (the
+    column of a table of no rows can be one)."""
+    if isinstance(mask, pa.ChunkedArray):
+        mask = mask.combine_chunks()
+    return pc.indices_nonzero(mask)
+
+
 def conform_table(events: pa.Table, schema: Any = None) -> Conformed:
     """``events`` conformed and validated (see the module docstring). ``schema``: the
     table's Spark schema (the Delta table's), for the refusal of wrong columns; else
@@ -322,7 +331,7 @@ def _shared(rows: pa.Table, reason: pa.Array) -> pa.Array:
     shared = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
     if len(shared) == 0:
         return reason
-    at = pc.indices_nonzero(pc.fill_null(pc.is_in(seq, shared), False)).to_pylist()
+    at = nonzero(pc.fill_null(pc.is_in(seq, shared), False)).to_pylist()
     picked = rows.take(pa.array(at, pa.int64())).select(["seq", "ts_ms", "argv", "db", "client"])
     by_seq: dict[int, list[tuple[int, Any]]] = {}
     for i, row in zip(at, picked.to_pylist(), strict=True):

@@ -198,3 +198,15 @@ def test_a_missing_column_is_refused(spark: Any) -> None:
     table = pa.table({"seq": pa.array([1], pa.int64()), "argv": pa.array([["PING"]], TEXT)})
     with pytest.raises(InputContractError, match="lacks required column"):
         conform_table(table)
+
+
+def test_nonzero_takes_a_column_of_no_chunks() -> None:
+    """A table of no rows can have columns of no chunks, on which pyarrow's
+    indices_nonzero crashes the interpreter; the local runner's takes them in one chunk."""
+    import pyarrow as pa
+
+    from pelengine.local.validate import nonzero
+
+    assert nonzero(pa.chunked_array([], pa.bool_())).to_pylist() == []
+    mask = pa.chunked_array([[True, False], [], [False, True]])
+    assert nonzero(mask).to_pylist() == [0, 3]
