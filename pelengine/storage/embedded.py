@@ -585,6 +585,11 @@ class DeltaWriter(DataSourceArrowWriter):
                     data = part.select(self.file_schema.names)
                     found.stats.add(data)
                     found.hold(data)
+                    if found.held_rows >= ROW_GROUP_ROWS:
+                        found.flush()
+                    # what the task holds, all its files together, stays under the bound
+                    while sum(f.held_bytes for f in open_files.values()) >= ROW_GROUP_BYTES:
+                        max(open_files.values(), key=lambda f: f.held_bytes).flush()
             added = []
             now = int(time.time() * 1000)
             for values, found in open_files.items():
@@ -772,7 +777,8 @@ def first_commit_local(
 @dataclass
 class _OpenFile:
     """A data file a task is writing (see :meth:`DeltaWriter.write`). Its batches are held
-    until they make a row group (:data:`ROW_GROUP_ROWS` rows or :data:`ROW_GROUP_BYTES`):
+    until they make a row group (:data:`ROW_GROUP_ROWS` rows, or the task's files hold
+    :data:`ROW_GROUP_BYTES` together: then the largest is written):
     Parquet writes each call as a row group of its own, and a file of many tiny ones (a
     state table of one family per batch, a replay's output in thousands of small batches)
     costs every reader a column chunk per column per group."""
@@ -789,8 +795,6 @@ class _OpenFile:
         self.held.append(batch)
         self.held_rows += batch.num_rows
         self.held_bytes += batch.nbytes
-        if self.held_rows >= ROW_GROUP_ROWS or self.held_bytes >= ROW_GROUP_BYTES:
-            self.flush()
 
     def flush(self) -> None:
         """Write the held batches as one row group."""
@@ -802,8 +806,10 @@ class _OpenFile:
         self.held, self.held_rows, self.held_bytes = [], 0, 0
 
 
-#: A data file's row groups: at least this many rows, or this many bytes in memory, each
-#: (the last one of a file what is left)
+#: A data file's row groups: this many rows each, fewer where the batches a writing task
+#: holds for all its files (one per partition value) reach this many bytes in memory
+#: together (the bound on what it holds: a Spark task's worker memory); the last one of a
+#: file what is left
 ROW_GROUP_ROWS = 1_000_000
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 

@@ -464,7 +464,8 @@ def test_small_batches_are_written_as_few_row_groups(
     """The embedded writer holds batches until they make a row group: a table given as
     hundreds of one-row batches (the state table: one family per batch) is one row group
     per file, not hundreds (every reader pays per column per group), and at the size the
-    writer rolls at, a row group per that many rows; the rows read back as written."""
+    writer rolls at, a row group per that many rows; at the bound on the bytes it holds,
+    it writes what it holds; the rows read back as written."""
     import glob
 
     import pyarrow as pa
@@ -493,3 +494,9 @@ def test_small_batches_are_written_as_few_row_groups(
     sessionless.write_arrow(rows, str(tmp_path / "five"), schema, "overwrite")
     assert groups(tmp_path / "five") == [5]  # 100, 100, 100, 100 and the last 50
     assert sessionless.read_arrow(str(tmp_path / "five")).to_pylist() == rows.to_pylist()
+
+    # what a writing task holds is bounded in bytes too (all its files together)
+    monkeypatch.setattr(embedded, "ROW_GROUP_BYTES", 1)
+    sessionless.write_arrow(rows, str(tmp_path / "bound"), schema, "overwrite")
+    assert groups(tmp_path / "bound") == [450]
+    assert sessionless.read_arrow(str(tmp_path / "bound")).to_pylist() == rows.to_pylist()
