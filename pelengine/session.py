@@ -95,6 +95,10 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
     delta-spark's jars (`spark.jars`), the Delta SQL extension and catalog. Under
     spark-submit the JVM already runs: its `--jars` and `--conf` decide, and
     :func:`pelengine.storage.install_storage` refuses a half-configured delta-spark.
+    Nothing is downloaded at session start: ``spark.jars.packages`` is refused in
+    pelengine's configuration, in what the launcher reads besides it
+    (:func:`pelengine.storage.jars.download_at_launch`) before the JVM starts, and on a
+    session started elsewhere (:func:`pelengine.storage.install_storage`).
 
     `spark.master` from the config applies only outside spark-submit, whose
     `--master` (and driver settings) win. On Databricks the platform's session is used as
@@ -113,10 +117,12 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
         is_remote_session,
         storage_reason,
     )
+    from pelengine.storage.errors import StorageSetupError
     from pelengine.storage.jars import (
         EXTENSIONS_CONF,
         STORE_ENV,
         StoreChoiceError,
+        download_at_launch,
         session_conf,
         store_asked,
     )
@@ -142,6 +148,11 @@ def build_session(conf: Config, progress: Callable[[str], None] | None = None) -
         builder = builder.config(key, value)
     why = "spark-submit's --jars and --conf decide"
     if not submitted:
+        # refused before the JVM starts (and downloads): what the launcher reads besides
+        # pelengine's configuration (which refuses the key itself)
+        refusal = download_at_launch()
+        if refusal is not None:
+            raise StorageSetupError(refusal)
         choice = session_conf(
             conf.storage.store, conf.storage.delta_jars, conf.spark.conf.get(EXTENSIONS_CONF)
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pelengine.settings import DELTA_SPARK as DELTA_SPARK
+from pelengine.settings import DOWNLOAD_AT_START
 from pelengine.settings import EMBEDDED as EMBEDDED
 from pelengine.storage.errors import StorageSetupError
 from pelengine.storage.jars import (
@@ -18,6 +19,7 @@ from pelengine.storage.jars import (
     DELTA_CATALOG,
     DELTA_EXTENSION,
     EXTENSIONS_CONF,
+    download_at_start_refusal,
 )
 
 if TYPE_CHECKING:
@@ -107,7 +109,7 @@ def _conf(spark: SparkSession, key: str) -> str:
 class SessionFacts:
     """What decides the store, read off a running session: whether the JVM loads Delta's
     data source (None: cannot be asked), the SQL extensions, the session catalog, and the
-    jars and packages it was given; ``remote``: a Spark Connect session (the server's
+    jars it was given; ``remote``: a Spark Connect session (the server's
     confs, read over Connect, and in place of the JVM probe whether the server's sessions
     have Delta's extension loaded: :func:`probe_connect_delta`)."""
 
@@ -238,6 +240,16 @@ def install_storage(spark: SparkSession, why: str = "") -> str:
     if on_databricks():
         mode, reason = DELTA_SPARK, "Delta Lake on the JVM: the Databricks runtime's own"
     else:
+        packages = "" if is_remote_session(spark) else _conf(spark, DOWNLOAD_AT_START)
+        if packages.strip():
+            # a session started by spark-submit --packages, a spark-defaults.conf or a
+            # builder's config: its JVM downloaded them as it started
+            raise StorageSetupError(
+                download_at_start_refusal(
+                    packages,
+                    "this session (spark-submit --packages, spark-defaults.conf or its builder)",
+                )
+            )
 
         def register() -> None:
             from pelengine.storage.embedded import DeltaDataSource

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pelengine.settings import DELTA_SPARK, SettingsError, store_name
+from pelengine.settings import DELTA_SPARK, DOWNLOAD_AT_START, SettingsError, store_name
 
 #: the store, overriding the configuration's ``storage.store`` (auto, delta-spark, embedded)
 STORE_ENV = "PELENGINE_STORE"
@@ -114,3 +114,54 @@ def session_conf(
         **LOCAL_DELTA_CONF,
     }
     return StoreChoice(conf, f"delta-spark's jars from {origin}")
+
+
+#: what a session launch reads besides pelengine's configuration that can ask Spark to
+#: resolve and download Maven coordinates when the JVM starts
+SUBMIT_ARGS_ENV = "PYSPARK_SUBMIT_ARGS"
+
+
+def download_at_start_refusal(packages: str, where: str) -> str:
+    """The one sentence refusing a session whose ``where`` asks for ``packages``
+    (``spark.jars.packages`` / ``--packages``)."""
+    return (
+        f"{where} asks for {DOWNLOAD_AT_START} ({packages.strip()}), which downloads jars "
+        "each time a session starts: parallel JVMs race on its cache and every run needs "
+        "the network. Fetch them once instead (`make jars` puts delta-spark's in "
+        "jars/lib) and give jars by their local paths: spark.jars, or spark-submit --jars "
+        "$(cat jars/lib/classpath)"
+    )
+
+
+def download_at_launch(environ: dict[str, str] | None = None) -> str | None:
+    """Why a session the project is about to launch would download jars at start (the
+    refusal's sentence), None when it would not: ``--packages`` in
+    ``PYSPARK_SUBMIT_ARGS``, or ``spark.jars.packages`` in the ``spark-defaults.conf``
+    the launcher reads (``SPARK_CONF_DIR``, else ``SPARK_HOME/conf``). pelengine's own
+    configuration refuses the key already (``settings.SparkConfig``)."""
+    env = os.environ if environ is None else environ
+    args = env.get(SUBMIT_ARGS_ENV, "").split()
+    for i, arg in enumerate(args):
+        if arg == "--packages" or arg.startswith("--packages="):
+            value = arg.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")
+            return download_at_start_refusal(value, f"{SUBMIT_ARGS_ENV} (--packages)")
+        if (
+            arg == "--conf"
+            and i + 1 < len(args)
+            and args[i + 1].startswith(DOWNLOAD_AT_START + "=")
+        ):
+            value = args[i + 1].partition("=")[2]
+            return download_at_start_refusal(value, f"{SUBMIT_ARGS_ENV} (--conf)")
+    folder = env.get("SPARK_CONF_DIR") or (
+        str(Path(env["SPARK_HOME"]) / "conf") if env.get("SPARK_HOME") else None
+    )
+    if folder:
+        defaults = Path(folder) / "spark-defaults.conf"
+        if defaults.is_file():
+            for line in defaults.read_text(errors="replace").splitlines():
+                key, _, value = line.strip().partition(" ")
+                if "=" in key and not value:  # key=value is read too
+                    key, _, value = key.partition("=")
+                if key == DOWNLOAD_AT_START and value.strip():
+                    return download_at_start_refusal(value, str(defaults))
+    return None

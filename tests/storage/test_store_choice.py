@@ -297,3 +297,71 @@ def test_sessions_with_jars_too_late_or_without_the_extension_are_refused() -> N
     assert "spark.sql.catalog.spark_catalog is unset, not " in error, error
     assert "org.apache.spark.sql.delta.catalog.DeltaCatalog" in error, error
     assert "came after the JVM started" in _child("late")["error"]
+
+
+# ---- nothing downloaded at session start ----------------------------------------------------
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class _Session:
+    """What install_storage reads of a classic session started elsewhere."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.conf = _Conf(values)
+
+
+def test_a_session_started_with_packages_is_refused_before_any_store_is_chosen() -> None:
+    """A session started by spark-submit --packages, a spark-defaults.conf or a builder's
+    spark.jars.packages downloaded jars as its JVM started: refused in one sentence naming
+    the key and the install step; a session with local jars only is not."""
+    session = _Session({"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"})
+    with pytest.raises(StorageSetupError, match=r"spark\.jars\.packages \(io\.delta.*make jars"):
+        storage.install_storage(session)  # type: ignore[arg-type]
+    assert "pelengine.storage.mode" not in session.conf.values
+
+
+def test_what_the_launcher_reads_is_checked_before_the_jvm_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Besides pelengine's configuration (which refuses the key), the launcher reads
+    PYSPARK_SUBMIT_ARGS and spark-defaults.conf: --packages or spark.jars.packages there
+    is refused before a JVM starts (build_session raises without launching one)."""
+    from pelengine.session import build_session
+    from pelengine.settings import Config
+    from pelengine.storage.jars import download_at_launch
+
+    assert download_at_launch({}) is None
+    assert download_at_launch({"PYSPARK_SUBMIT_ARGS": "--jars /a.jar pyspark-shell"}) is None
+    for args in (
+        "--packages io.delta:delta-spark_2.13:4.0.0 pyspark-shell",
+        "--packages=io.delta:delta-spark_2.13:4.0.0 pyspark-shell",
+        "--conf spark.jars.packages=io.delta:delta-spark_2.13:4.0.0 pyspark-shell",
+    ):
+        found = download_at_launch({"PYSPARK_SUBMIT_ARGS": args})
+        assert found is not None and "io.delta:delta-spark_2.13:4.0.0" in found, args
+        assert found.startswith("PYSPARK_SUBMIT_ARGS"), found
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    defaults = conf_dir / "spark-defaults.conf"
+    defaults.write_text("spark.jars /opt/a.jar\n# spark.jars.packages commented\n")
+    assert download_at_launch({"SPARK_CONF_DIR": str(conf_dir)}) is None
+    for line in ("spark.jars.packages   g:a:1\n", "spark.jars.packages=g:a:1\n"):
+        defaults.write_text(line)
+        found = download_at_launch({"SPARK_CONF_DIR": str(conf_dir)})
+        assert found is not None and str(defaults) in found and "g:a:1" in found, line
+        found = download_at_launch({"SPARK_HOME": str(tmp_path)})
+        assert found is not None and str(defaults) in found, line
+
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--packages g:a:1 pyspark-shell")
+    with pytest.raises(StorageSetupError, match=r"PYSPARK_SUBMIT_ARGS \(--packages\) asks for"):
+        build_session(Config())
