@@ -60,7 +60,7 @@ def with_seeds(rows: pa.Table, states: pa.Table | None) -> pa.Table:
     reached = (
         rows.select(["db", "family"]).group_by(["db", "family"], use_threads=False).aggregate([])
     )
-    seeds = states.take(_matching(states, reached, ["db", "family"], anti=False))
+    seeds = states.take(matching(states, reached, ["db", "family"], anti=False))
     if seeds.num_rows == 0:
         return out
     m = seeds.num_rows
@@ -174,7 +174,7 @@ def _flagged(left: pa.Table, right: pa.Table, names: list[str]) -> pa.Table:
     return left.join(right.cast(schema), names, join_type="left outer", use_threads=False)
 
 
-def _matching(table: pa.Table, keys: pa.Table, names: list[str], *, anti: bool) -> pa.Array:
+def matching(table: pa.Table, keys: pa.Table, names: list[str], *, anti: bool) -> pa.Array:
     """The positions (ascending) of the rows of ``table`` whose ``names`` equal those of a
     row of ``keys`` (``anti``: of none); a join of the key columns alone, since Arrow's
     joins carry no nested column."""
@@ -203,7 +203,7 @@ def state_rows(batches: dict[str, list[pa.RecordBatch]]) -> pa.Table:
 def with_untouched(states: pa.Table, saved: pa.Table, replayed: pa.Table) -> pa.Table:
     """The night's family rows: those it replayed, and the saved ones of every other
     family (``replayed`` false: already in the state table as they are)."""
-    untouched = saved.take(_matching(saved, replayed, ["db", "family"], anti=True))
+    untouched = saved.take(matching(saved, replayed, ["db", "family"], anti=True))
     m = untouched.num_rows
     columns = []
     for f in STATE_ROWS:

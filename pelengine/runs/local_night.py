@@ -28,16 +28,16 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from pelengine import storage
 from pelengine.engine.udf import _arrow_schema
-from pelengine.local.night import ClosedRows
+from pelengine.local import night
 from pelengine.local.reconstruct import LocalCarry, LocalResult, reconstruct_local
 from pelengine.local.validate import conform_table
 from pelengine.model.delivery import SEGMENT_IDENTITY
@@ -51,7 +51,11 @@ from pelengine.runs.incremental import (
     StateMismatchError,
     content_options,
 )
-from pelengine.runs.local import _finish, _spark_schema
+from pelengine.runs.local import (
+    _finish,
+    _spark_schema,
+    laid_out,
+)
 from pelengine.runs.output import count_rejected
 from pelengine.schemas import (
     FAMILY_STATE_COLUMNS,
@@ -65,6 +69,9 @@ from pelengine.schemas import (
 from pelengine.settings import Settings
 from pelengine.storage import sessionless
 from pelengine.storage.run_record import newest_run_sessionless
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 #: the state table's rows as Arrow
 STATE_ROWS = _arrow_schema(STATE_TABLE_SCHEMA)
@@ -229,6 +236,7 @@ def _night(
             progress,
             seconds,
             merge_reads,
+            carry.closed_history if isinstance(carry.closed_history, PriorDeliveryCounts) else None,
         )
     else:
         rows_out = _write_full(output, result, run_row, version, upgrade, progress, seconds)
@@ -407,6 +415,7 @@ def _write_full(
         table_options = dict(options)
         if name in TABLE_PARTITIONS:
             table_options["partitionBy"] = json.dumps(list(TABLE_PARTITIONS[name]))
+        table = laid_out(name, table, table_options)
         sessionless.write_arrow(
             table, output.table(name), _spark_schema(name, table), "overwrite", table_options
         )
@@ -474,6 +483,7 @@ def _write_night(
     progress: Progress,
     seconds: dict[str, float],
     merge_reads: dict[str, str],
+    prior: PriorDeliveryCounts | None = None,
 ) -> dict[str, int]:
     """A night's writes (``runs.incremental._write_night``): the snapshot tables whole, the
     history tables by appending their new rows and replacing the rows new commands
@@ -497,16 +507,33 @@ def _write_night(
             source = result.rejected if name == "rejected_events" else result.tables[name]
             changed = changed_rows(name, source, high_seq)
             narrowed = None
+            rewrote = ""
             if name in HISTORY_KEYS:
                 where = PEL_HISTORY_REPLACES if name == "pel_history" else None
                 if name == "delivery_counts":
                     narrowed = not result.carried.get("prior_closed", True)
                     where = PENDING_ONLY if narrowed else None
-                done = sessionless.replace_arrow(changed, path, HISTORY_KEYS[name], where=where)
+                if name == "delivery_counts" and prior is not None:
+                    inserted, deleted, rewritten = prior.rewrite(
+                        changed, _spark_schema(name, changed)
+                    )
+                    done = {"inserted": inserted, "deleted": deleted}
+                    if inserted or deleted:
+                        rewrote = "pending partition" + (
+                            f" and {rewritten} closed file(s) of {len(prior.closed)}"
+                            if rewritten
+                            else ""
+                        )
+                    narrowed = None
+                else:
+                    done = sessionless.replace_arrow(changed, path, HISTORY_KEYS[name], where=where)
             else:
                 done = {"inserted": sessionless.append_arrow(changed, path), "deleted": 0}
             rows[name] = done["inserted"]
             what = f"{done['inserted']:,} rows added or changed, {done['deleted']:,} replaced"
+            if rewrote:
+                merge_reads[name] = rewrote
+                what += f" (files rewritten: the {rewrote})"
             if narrowed is not None and (done["inserted"] or done["deleted"]):
                 merge_reads[name] = (
                     "pending partition" if narrowed else "whole table: a closed row changed"
@@ -538,31 +565,96 @@ def _write_night(
     return rows
 
 
-def _delivery_counts_read(path: storage.TableRef, version: int) -> tuple[pa.Table, ClosedRows]:
+def _delivery_counts_read(
+    path: storage.TableRef, version: int
+) -> tuple[pa.Table, PriorDeliveryCounts | None]:
     """What a night reads of ``delivery_counts`` at ``version``: its ``pending`` partition
-    whole (as large as the live PELs), and a reader of its other (closed) rows that reads
-    only their identity columns, then every column of the few files holding a row the
-    night continues (an entry delivered again after it closed, a group a RENAME moved).
-    An output written before the table was partitioned is all one part: read whole."""
+    whole (as large as the live PELs), and a reader of its other (closed) rows
+    (:class:`PriorDeliveryCounts`). An output written before the table was partitioned is
+    all one part: read whole (and merged whole)."""
     files = sessionless.data_files(path, version)
     if not files or any("status" not in parts for _, parts in files):
-        return sessionless.read_arrow(path, version=version), lambda wanted: _NO_ROWS
+        return sessionless.read_arrow(path, version=version), None
     pending = [f for f, parts in files if parts["status"] == "pending"]
     closed = [f for f, parts in files if parts["status"] != "pending"]
     rows = sessionless.read_arrow(path, version=version, files=pending)
+    return rows, PriorDeliveryCounts(path, version, pending, closed, rows)
 
-    def closed_rows(wanted: Callable[[pa.Table], pa.Array]) -> pa.Table:
-        found = []
-        for file in closed:
-            keys = sessionless.read_arrow(
-                path, columns=SEGMENT_IDENTITY, version=version, files=[file]
+
+class PriorDeliveryCounts:
+    """The previous ``delivery_counts`` a night continues, as it reads it: the ``pending``
+    partition whole, and (called as ``night.ClosedRows``) of the closed files only their
+    identity columns, then every column of the few files holding a row the night
+    continues (an entry delivered again after it closed, a group a RENAME moved).
+
+    It keeps what it read, so that the night's write (:meth:`rewrite`) removes exactly the
+    files holding a row it replaces and adds back their other rows with the new ones, in
+    one commit: the whole table is never met, and a closed file is read once."""
+
+    def __init__(
+        self,
+        path: storage.TableRef,
+        version: int,
+        pending: list[str],
+        closed: list[str],
+        pending_rows: pa.Table,
+    ) -> None:
+        self.path, self.version = path, version
+        self.pending, self.closed, self.pending_rows = pending, closed, pending_rows
+        #: the identity columns of every closed file, once the night asked for closed rows
+        self.identity: dict[str, pa.Table] = {}
+        #: the closed files read whole (those holding a row the night continues)
+        self.whole: dict[str, pa.Table] = {}
+
+    def __call__(self, wanted: Callable[[pa.Table], pa.Array]) -> pa.Table:
+        if not self.identity:
+            self.identity = sessionless.read_arrow_by_file(
+                self.path, self.closed, SEGMENT_IDENTITY, self.version
             )
-            at = wanted(keys)
-            if len(at):
-                found.append(sessionless.read_arrow(path, version=version, files=[file]).take(at))
-        return pa.concat_tables(found) if found else rows.schema.empty_table()
+        hits = {file: wanted(keys) for file, keys in self.identity.items()}
+        self._read_whole([file for file, at in hits.items() if len(at)])
+        found = [self.whole[file].take(at) for file, at in hits.items() if len(at)]
+        return pa.concat_tables(found) if found else self.pending_rows.schema.empty_table()
 
-    return rows, closed_rows
+    def _read_whole(self, files: Sequence[str]) -> None:
+        missing = [file for file in files if file not in self.whole]
+        self.whole.update(sessionless.read_arrow_by_file(self.path, missing, None, self.version))
+
+    def rewrite(self, changed: pa.Table, schema: StructType) -> tuple[int, int, int]:
+        """Write the night's ``changed`` rows: remove the files holding a row with the
+        identity of one of them (the pending files; the closed ones, when the night read
+        the closed identities), add their other rows and ``changed``, in one commit,
+        ordered by ``changed_seq`` in files of ``DELIVERY_COUNTS_FILE_ROWS`` at most.
+        Returns the rows inserted and replaced and the closed files rewritten."""
+        keys = list(HISTORY_KEYS["delivery_counts"])
+        remove: list[str] = []
+        keep: list[pa.Table] = []
+        replaced = 0
+        if changed.num_rows and self.pending:
+            hit = night.matching(self.pending_rows, changed, keys, anti=False)
+            if len(hit):
+                remove += self.pending
+                kept = night.matching(self.pending_rows, changed, keys, anti=True)
+                keep.append(self.pending_rows.take(kept))
+                replaced += len(hit)
+        hits = {
+            file: night.matching(identity, changed, keys, anti=False)
+            for file, identity in (self.identity.items() if changed.num_rows else ())
+        }
+        touched = [file for file, hit in hits.items() if len(hit)]
+        self._read_whole(touched)
+        for file in touched:
+            kept = night.matching(self.identity[file], changed, keys, anti=True)
+            keep.append(self.whole[file].take(kept))
+            remove.append(file)
+            replaced += len(hits[file])
+        rows = pa.concat_tables(
+            [*(t.select(changed.column_names).cast(changed.schema) for t in keep), changed]
+        )
+        options: dict[str, str] = {}
+        rows = laid_out("delivery_counts", rows, options)
+        sessionless.rewrite_arrow(rows, self.path, schema, remove, options)
+        return changed.num_rows, replaced, len(touched)
 
 
 _NO_ROWS = pa.table({})

@@ -466,6 +466,8 @@ class DeltaWriter(DataSourceArrowWriter):
         self.overwrite = overwrite
         self.storage_options = _storage_options(options)
         self.overwrite_schema = str(options.get("overwriteSchema", "false")).lower() in _TRUE
+        # Spark's option: a data file holds at most this many rows (0: no limit)
+        self.max_records_per_file = int(options.get("maxRecordsPerFile", 0) or 0)
         if str(options.get("mergeSchema", "false")).lower() in _TRUE:
             raise DeltaStorageError(
                 "mergeSchema is not supported by the embedded delta-rs writer; "
@@ -494,6 +496,9 @@ class DeltaWriter(DataSourceArrowWriter):
                 "the data."
             )
 
+        #: data files of the table the commit removes beside adding its own (append mode
+        #: only): each one's path as the log names it, size and partition values
+        self.remove_files: list[tuple[str, int, dict[str, str | None]]] = []
         table = open_table(table_uri, storage_options=self.storage_options)
         self.skip = table is not None and self._already_done(table)
         self.table_schema_json = self._check_target(table) if table is not None else None
@@ -563,39 +568,58 @@ class DeltaWriter(DataSourceArrowWriter):
         filesystem = _filesystem(self.table_uri, self.storage_options)
         # one open file per partition value (one file in an unpartitioned table)
         open_files: dict[tuple[str | None, ...], _OpenFile] = {}
+        done: list[_OpenFile] = []
+        limit = self.max_records_per_file
+
+        def start(values: tuple[str | None, ...]) -> _OpenFile:
+            directory = _partition_directory(self.partition_by, values)
+            name = directory + f"part-{task:05d}-{uuid.uuid4()}-c000.snappy.parquet"
+            if directory:
+                filesystem.create_dir(directory.rstrip("/"), recursive=True)
+            found = open_files[values] = _OpenFile(
+                name,
+                pq.ParquetWriter(
+                    name, self.file_schema, filesystem=filesystem, compression="snappy"
+                ),
+                ColumnStats(self.file_schema),
+                values=values,
+            )
+            return found
+
+        def finish(found: _OpenFile) -> None:
+            found.flush()
+            found.writer.close()
+            found.closed = True
+            done.append(found)
+
         try:
             for batch in iterator:
                 if not batch.num_rows:
                     continue
                 conformed = conform_batch(batch, self.commit_schema)
                 for values, part in _split_by_partition(conformed, self.partition_by):
-                    found = open_files.get(values)
-                    if found is None:
-                        directory = _partition_directory(self.partition_by, values)
-                        name = directory + f"part-{task:05d}-{uuid.uuid4()}-c000.snappy.parquet"
-                        if directory:
-                            filesystem.create_dir(directory.rstrip("/"), recursive=True)
-                        found = open_files[values] = _OpenFile(
-                            name,
-                            pq.ParquetWriter(
-                                name, self.file_schema, filesystem=filesystem, compression="snappy"
-                            ),
-                            ColumnStats(self.file_schema),
-                        )
                     data = part.select(self.file_schema.names)
-                    found.stats.add(data)
-                    found.hold(data)
-                    if found.held_rows >= ROW_GROUP_ROWS:
-                        found.flush()
+                    while data.num_rows:
+                        found = open_files.get(values) or start(values)
+                        piece = data
+                        if limit:
+                            piece = data.slice(0, limit - found.stats.rows)
+                        data = data.slice(piece.num_rows)
+                        found.stats.add(piece)
+                        found.hold(piece)
+                        if limit and found.stats.rows >= limit:
+                            finish(open_files.pop(values))
+                        elif found.held_rows >= ROW_GROUP_ROWS:
+                            found.flush()
                     # what the task holds, all its files together, stays under the bound
                     while sum(f.held_bytes for f in open_files.values()) >= ROW_GROUP_BYTES:
                         max(open_files.values(), key=lambda f: f.held_bytes).flush()
+            for found in list(open_files.values()):
+                finish(found)
+            open_files.clear()
             added = []
             now = int(time.time() * 1000)
-            for values, found in open_files.items():
-                found.flush()
-                found.writer.close()
-                found.closed = True
+            for found in done:
                 size = filesystem.get_file_info(found.name).size
                 added.append(
                     AddedFile(
@@ -604,14 +628,15 @@ class DeltaWriter(DataSourceArrowWriter):
                         found.stats.rows,
                         now,
                         found.stats.to_json(),
-                        dict(zip(self.partition_by, values, strict=True)),
+                        dict(zip(self.partition_by, found.values, strict=True)),
                     )
                 )
         except BaseException:
-            for found in open_files.values():
+            everything = [*done, *open_files.values()]
+            for found in everything:
                 if not found.closed:
                     found.writer.close()
-            names = [f.name for f in open_files.values()]
+            names = [f.name for f in everything]
             _delete_files(self.table_uri, self.storage_options, names, missing_ok=True)
             raise
         return DeltaCommitMessage(added)
@@ -636,6 +661,7 @@ class DeltaWriter(DataSourceArrowWriter):
         from deltalake.transaction import (
             AddAction,
             CommitProperties,
+            RemoveAction,
             Transaction,
             create_table_with_add_actions,
         )
@@ -663,6 +689,13 @@ class DeltaWriter(DataSourceArrowWriter):
                 else None
             )
         )
+        if self.remove_files and (table is None or self.overwrite):
+            raise DeltaStorageError("files are removed only by an append to a table that exists")
+        now = int(time.time() * 1000)
+        removes = [
+            RemoveAction(path, True, now, size, partition_values)
+            for path, size, partition_values in self.remove_files
+        ]
         if (
             table is None
             and "://" not in self.table_uri
@@ -691,7 +724,7 @@ class DeltaWriter(DataSourceArrowWriter):
             return
         schema_json = self.table_schema_json or self.data_schema_json
         table.create_write_transaction(
-            list(adds),
+            [*adds, *removes],
             "overwrite" if self.overwrite else "append",
             Schema.from_json(schema_json),
             partition_by=self.partition_by or None,
@@ -787,6 +820,8 @@ class _OpenFile:
     writer: Any
     stats: ColumnStats
     closed: bool = False
+    #: its partition values
+    values: tuple[str | None, ...] = ()
     held: list[Any] = field(default_factory=list)
     held_rows: int = 0
     held_bytes: int = 0

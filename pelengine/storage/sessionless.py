@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
+    from pelengine.storage.embedded import DeltaReader
+
 #: the save modes of :func:`write_arrow` (Spark's names)
 _MODES = {"overwrite", "append", "errorifexists", "ignore"}
 
@@ -48,10 +50,54 @@ def read_arrow(
     ``columns``, those of them it has, when given; only the rows of the data ``files``,
     as its log names them, when given) as one Arrow table, read as the embedded store
     reads it."""
-    import json
+    import pyarrow as pa
+
+    reader = _reader(path, columns, version, files)
+    if files is not None and not files:  # no file asked for: no rows (not the whole table)
+        return reader.target.empty_table()
+    batches = [batch for part in reader.partitions() for batch in reader.read(part)]
+    return pa.Table.from_batches(batches, schema=reader.target)
+
+
+def read_arrow_by_file(
+    path: TableRef,
+    files: Sequence[str],
+    columns: Sequence[str] | None = None,
+    version: int | None = None,
+) -> dict[str, pa.Table]:
+    """:func:`read_arrow` of each of the data ``files`` apart, in one pass over the log:
+    each file's rows (only ``columns``, when given) as an Arrow table, by its path as
+    ``files`` names it."""
     from urllib.parse import unquote
 
     import pyarrow as pa
+
+    from pelengine.storage.embedded import DeltaFilePartition, DeltaStorageError
+
+    if not files:
+        return {}
+    reader = _reader(path, columns, version, files)
+    names = {unquote(f): f for f in files}
+    found = {}
+    for part in reader.partitions():
+        if not isinstance(part, DeltaFilePartition):
+            raise DeltaStorageError(f"{_uri(path)}: the embedded reader cannot read files apart")
+        batches = list(reader.read(part))
+        found[names[part.file]] = pa.Table.from_batches(batches, schema=reader.target)
+    return found
+
+
+def _reader(
+    path: TableRef,
+    columns: Sequence[str] | None,
+    version: int | None,
+    files: Sequence[str] | None,
+) -> DeltaReader:
+    """The embedded store's reader of the snapshot (``columns``, ``files``: as
+    :func:`read_arrow`)."""
+    import json
+    from urllib.parse import unquote
+
     from pyspark.sql.types import StructType
 
     from pelengine.storage.embedded import (
@@ -70,17 +116,19 @@ def read_arrow(
     if columns is not None:
         schema = StructType([f for f in schema.fields if f.name in set(columns)])
     options = {} if files is None else {FILES_OPTION: json.dumps([unquote(f) for f in files])}
-    reader = DeltaReader(uri, table.version(), schema, options)
-    if files is not None and not files:  # no file asked for: no rows (not the whole table)
-        return reader.target.empty_table()
-    batches = [batch for part in reader.partitions() for batch in reader.read(part)]
-    return pa.Table.from_batches(batches, schema=reader.target)
+    return DeltaReader(uri, table.version(), schema, options)
 
 
 def data_files(path: TableRef, version: int | None = None) -> list[tuple[str, dict[str, Any]]]:
     """The data files of the snapshot (or that of ``version``) of the Delta table at
     ``path``: each one's path as its log names it (for :func:`read_arrow`'s ``files``)
     and its partition values."""
+    return [(file, parts) for file, _, parts in _added(path, version)]
+
+
+def _added(path: TableRef, version: int | None) -> list[tuple[str, int, dict[str, Any]]]:
+    """Each data file of the snapshot: its path as the log names it, size, partition
+    values."""
     import pyarrow as pa
 
     from pelengine.storage.embedded import DeltaStorageError, open_table
@@ -92,8 +140,41 @@ def data_files(path: TableRef, version: int | None = None) -> list[tuple[str, di
     actions = pa.table(table.get_add_actions(flatten=True))
     prefix = "partition."
     parts = [c for c in actions.column_names if c.startswith(prefix)]
-    listed = actions.select(["path", *parts]).to_pylist()
-    return [(str(row["path"]), {c[len(prefix) :]: row[c] for c in parts}) for row in listed]
+    listed = actions.select(["path", "size_bytes", *parts]).to_pylist()
+    return [
+        (str(row["path"]), int(row["size_bytes"]), {c[len(prefix) :]: row[c] for c in parts})
+        for row in listed
+    ]
+
+
+def rewrite_arrow(
+    rows: pa.Table,
+    path: TableRef,
+    schema: StructType,
+    remove: Sequence[str],
+    options: dict[str, str] | None = None,
+) -> None:
+    """One commit of the Delta table at ``path`` that removes its data files ``remove``
+    (paths as its log names them, from :func:`data_files`) and adds ``rows`` (``schema``:
+    the table's Spark schema) as new files: a caller that read those files whole writes
+    back the rows it keeps with those it adds, and no other file is read or rewritten
+    (Delta's "add and remove actions in one commit"). Nothing to remove or add: no
+    commit. ``options``: the writer's (:func:`write_arrow`)."""
+    from pelengine.storage.embedded import DeltaStorageError, DeltaWriter
+
+    if not remove and not rows.num_rows:
+        return
+    sizes = {file: (size, parts) for file, size, parts in _added(path, None)}
+    gone = [file for file in remove if file not in sizes]
+    if gone:
+        raise DeltaStorageError(
+            f"{_uri(path)}: {len(gone)} file(s) to remove are not in the table "
+            f"(another writer changed it?), e.g. {gone[0]}"
+        )
+    writer = DeltaWriter(_uri(path), schema, False, dict(options or {}))
+    writer.remove_files = [(file, *sizes[file]) for file in remove]
+    message = writer.write(iter(rows.to_batches()))
+    writer.commit([message])
 
 
 def write_arrow(

@@ -23,6 +23,7 @@ from deltalake import DeltaTable, TableFeatures
 from pyspark.sql import SparkSession
 
 from pelengine.pipeline.reconstruct import reconstruct
+from pelengine.runs import local
 from pelengine.runs.full import run_reconstruct
 from pelengine.schemas import EVENTS_SCHEMA, OUTPUT_TABLES, STATE_TABLE
 from pelengine.settings import Settings
@@ -84,12 +85,21 @@ def _assert_equals_spark_full_run(
         result.unpersist()
 
 
+@pytest.fixture
+def small_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``delivery_counts`` files of a few rows: the nights' rewrites of the files holding
+    the rows they replace meet many files, of every status."""
+    monkeypatch.setattr(local, "DELIVERY_COUNTS_FILE_ROWS", 16)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-def test_local_nights_equal_one_full_run(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+def test_local_nights_equal_one_full_run(
+    spark: SparkSession, tmp_path: Path, seed: int, small_files: None
+) -> None:
     rows = _with_blocking(list(generate_events(1500, 6, seed=seed)), seed)
     cuts = _split(rows, seed)
     events, out = tmp_path / "events", tmp_path / "out"
-    modes, replayed = [], []
+    modes, replayed, rewrote = [], [], []
     start = 0
     for cut in cuts:
         _append(events, rows[start:cut], start == 0)
@@ -98,8 +108,10 @@ def test_local_nights_equal_one_full_run(spark: SparkSession, tmp_path: Path, se
         assert (report["runner"], report["spark_jobs"]) == ("local", 0)
         night = report["incremental"]
         modes.append(night["mode"])
+        rewrote.append(report["output"].get("merge_reads", {}).get("delivery_counts"))
         replayed.append((night["families_replayed"], night["families_total"]))
     print(f"seed {seed}: nights at {cuts}, modes {modes}, families replayed/total {replayed}")
+    print(f"delivery_counts files rewritten: {rewrote}")
     assert modes[0] == "full" and all(m == "incremental" for m in modes[1:]), modes
     if len(cuts) > 1:
         assert any(n < total for n, total in replayed[1:]), "every family replayed every night"
@@ -113,7 +125,7 @@ def test_local_nights_equal_one_full_run(spark: SparkSession, tmp_path: Path, se
 
 @pytest.mark.parametrize(("seed", "profile", "first"), MIXED)
 def test_nights_of_both_runners_continue_each_other(
-    spark: SparkSession, tmp_path: Path, seed: int, profile: str, first: str
+    spark: SparkSession, tmp_path: Path, seed: int, profile: str, first: str, small_files: None
 ) -> None:
     log = _log(seed, 600).to_pylist()
     rng = random.Random(seed)
