@@ -119,7 +119,6 @@ def _run(
         if name in TABLE_PARTITIONS:
             table_options["partitionBy"] = json.dumps(list(TABLE_PARTITIONS[name]))
         schema = _spark_schema(name, table)
-        table = laid_out(name, table, table_options)
         sessionless.write_arrow(table, output.table(name), schema, "overwrite", table_options)
         rows[name] = table.num_rows
         took = time.monotonic() - started_table
@@ -155,9 +154,10 @@ def by_changed_seq(rows: pa.Table) -> pa.Table:
 
 
 def laid_out(name: str, table: pa.Table, options: dict[str, str]) -> pa.Table:
-    """Table ``name`` as the local runner writes it whole: ``delivery_counts`` in
-    ``changed_seq`` order, in files of ``DELIVERY_COUNTS_FILE_ROWS`` at most (set in the
-    writer's ``options``); any other as it is."""
+    """Table ``name`` as a local run that nights continue writes it whole:
+    ``delivery_counts`` in ``changed_seq`` order, in files of ``DELIVERY_COUNTS_FILE_ROWS``
+    at most (set in the writer's ``options``); any other as it is. (A run without
+    ``--incremental`` leaves no state to continue: it writes in the replay's order.)"""
     if name != "delivery_counts":
         return table
     options["maxRecordsPerFile"] = str(DELIVERY_COUNTS_FILE_ROWS)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -39,7 +40,7 @@ from pelengine import storage
 from pelengine.engine.udf import _arrow_schema
 from pelengine.local import night
 from pelengine.local.reconstruct import LocalCarry, LocalResult, reconstruct_local
-from pelengine.local.validate import conform_table
+from pelengine.local.validate import conform_table, nonzero
 from pelengine.model.delivery import SEGMENT_IDENTITY
 from pelengine.model.persist import STATE_SCHEMA_VERSION
 from pelengine.pipeline.carry import HISTORY_KEYS, PEL_HISTORY_REPLACES, PENDING_ONLY
@@ -601,20 +602,39 @@ class PriorDeliveryCounts:
     ) -> None:
         self.path, self.version = path, version
         self.pending, self.closed, self.pending_rows = pending, closed, pending_rows
-        #: the identity columns of every closed file, once the night asked for closed rows
-        self.identity: dict[str, pa.Table] = {}
+        #: once the night asked for closed rows: the closed files read (their identity
+        #: columns, one after another in ``identity``; file i's rows start at starts[i])
+        self.files: list[str] | None = None
+        self.identity = pa.table({})
+        self.starts = np.zeros(1, np.int64)
         #: the closed files read whole (those holding a row the night continues)
         self.whole: dict[str, pa.Table] = {}
 
     def __call__(self, wanted: Callable[[pa.Table], pa.Array]) -> pa.Table:
-        if not self.identity:
-            self.identity = sessionless.read_arrow_by_file(
-                self.path, self.closed, SEGMENT_IDENTITY, self.version
-            )
-        hits = {file: wanted(keys) for file, keys in self.identity.items()}
-        self._read_whole([file for file, at in hits.items() if len(at)])
-        found = [self.whole[file].take(at) for file, at in hits.items() if len(at)]
+        self._read_identities()
+        parts = self._by_file(np.asarray(wanted(self.identity), np.int64)) if self.files else {}
+        self._read_whole(list(parts))
+        found = [self.whole[file].take(pa.array(at)) for file, at in parts.items()]
         return pa.concat_tables(found) if found else self.pending_rows.schema.empty_table()
+
+    def _read_identities(self) -> None:
+        if self.files is not None:
+            return
+        by_file = sessionless.read_arrow_by_file(
+            self.path, self.closed, SEGMENT_IDENTITY, self.version
+        )
+        self.files = list(by_file)
+        if self.files:
+            self.identity = pa.concat_tables([by_file[file] for file in self.files])
+            sizes = [by_file[file].num_rows for file in self.files]
+            self.starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+
+    def _by_file(self, at: np.ndarray) -> dict[str, np.ndarray]:
+        """Positions (ascending) in ``identity`` by the file they are in, as positions in
+        that file."""
+        assert self.files is not None
+        which = np.searchsorted(self.starts, at, side="right") - 1
+        return {self.files[i]: at[which == i] - self.starts[i] for i in np.unique(which).tolist()}
 
     def _read_whole(self, files: Sequence[str]) -> None:
         missing = [file for file in files if file not in self.whole]
@@ -637,24 +657,31 @@ class PriorDeliveryCounts:
                 kept = night.matching(self.pending_rows, changed, keys, anti=True)
                 keep.append(self.pending_rows.take(kept))
                 replaced += len(hit)
-        hits = {
-            file: night.matching(identity, changed, keys, anti=False)
-            for file, identity in (self.identity.items() if changed.num_rows else ())
-        }
-        touched = [file for file, hit in hits.items() if len(hit)]
-        self._read_whole(touched)
-        for file in touched:
-            kept = night.matching(self.identity[file], changed, keys, anti=True)
-            keep.append(self.whole[file].take(kept))
+        parts: dict[str, np.ndarray] = {}
+        if changed.num_rows and self.files:
+            # the rows of an ID the night changed (one column's hash lookup), then those
+            # of them with a changed row's whole identity
+            ids = pc.unique(changed.column("id").combine_chunks())
+            ids = ids.cast(self.identity.schema.field("id").type)
+            maybe = pc.is_in(self.identity.column("id"), value_set=ids)
+            candidates = nonzero(pc.fill_null(maybe, False))
+            at = night.matching(self.identity.take(candidates), changed, keys, anti=False)
+            parts = self._by_file(np.asarray(candidates.take(at), np.int64))
+        self._read_whole(list(parts))
+        for file, at in parts.items():
+            whole = self.whole[file]
+            kept_mask = np.ones(whole.num_rows, bool)
+            kept_mask[at] = False
+            keep.append(whole.filter(pa.array(kept_mask)))
             remove.append(file)
-            replaced += len(hits[file])
+            replaced += len(at)
         rows = pa.concat_tables(
             [*(t.select(changed.column_names).cast(changed.schema) for t in keep), changed]
         )
         options: dict[str, str] = {}
         rows = laid_out("delivery_counts", rows, options)
         sessionless.rewrite_arrow(rows, self.path, schema, remove, options)
-        return changed.num_rows, replaced, len(touched)
+        return changed.num_rows, replaced, len(parts)
 
 
 _NO_ROWS = pa.table({})
