@@ -46,6 +46,26 @@ def test_a_clock_read_before_the_line_millisecond_is_pinned() -> None:
     assert stats.moved_seqs == [2]
 
 
+def test_a_clock_that_led_its_line_into_the_next_millisecond_is_pinned() -> None:
+    # Valkey 9.1's command clock runs a microsecond or two ahead of its MONITOR stamps:
+    # the second XADD read 101 while its line, stamped right after it ran, shows 100. The
+    # first one's ID is the smallest candidate the AOF shows (100-0), not 101-0
+    rows = [row(1, 100, "XADD", "s", "*", "f", "v"), row(2, 100, "XADD", "s", "*", "f", "v")]
+    stats = pin_star_ids(
+        rows, [aof("XADD", "s", "100-0", "f", "v"), aof("XADD", "s", "101-0", "f", "v")]
+    )
+    assert [r["argv"][2] for r in rows] == ["100-0", "101-0"]
+    assert (stats.star_rows, stats.pinned, stats.moved, stats.unpinned) == (2, 2, 1, 0)
+    assert stats.moved_seqs == [2]
+
+
+def test_the_clock_leads_its_line_by_one_millisecond_at_most() -> None:
+    rows = [row(1, 99, "PING"), row(2, 100, "XADD", "s", "*", "f", "v")]
+    stats = pin_star_ids(rows, [aof("XADD", "s", "102-0", "f", "v")])
+    assert rows[1]["argv"][2] == "*"
+    assert (stats.pinned, stats.unpinned) == (0, 1)
+
+
 def test_the_window_is_bounded_by_the_line_before() -> None:
     # the line before is at 105: an AOF ID at 103 cannot be this command's
     rows = [row(1, 105, "XACK", "s", "g", "1-1"), row(2, 106, "XADD", "s", "*", "f", "v")]

@@ -133,6 +133,12 @@ class Aligned:
     # line")
     star_unit_clock_ahead: list[str] = field(default_factory=list)
     star_unit_clock_ahead_seqs: list[int] = field(default_factory=list)
+    # XADD '*' judged by its own line whose ID opened the millisecond after that line's:
+    # the command's clock read led the line's stamp into the next millisecond (Valkey
+    # 9.1, see "A unit's clock after its line"). The parser, which sees milliseconds,
+    # cannot flag these; the AOF pin finds them
+    star_line_clock_ahead: list[str] = field(default_factory=list)
+    star_line_clock_ahead_seqs: list[int] = field(default_factory=list)
     pins: PinStats | None = None  # with ids_from_aof
     # the most a capture line was stamped after the test sent its command (blocked reads
     # left out: their line waits for the write that serves them): see tolerance_ms
@@ -141,9 +147,13 @@ class Aligned:
     @property
     def star_off_clock_seqs(self) -> set[int]:
         """The rows whose reply shows an ID millisecond other than the clock the replay
-        gives the row (before it, or a unit's clock after its line): the rows the AOF
-        pinning must move, and the parser must flag."""
-        return set(self.star_ms_later_seqs) | set(self.star_unit_clock_ahead_seqs)
+        gives the row (before it, or a clock read after its line): the rows the AOF
+        pinning must move (and the parser must flag, but for ``star_line_clock_ahead``)."""
+        return (
+            set(self.star_ms_later_seqs)
+            | set(self.star_unit_clock_ahead_seqs)
+            | set(self.star_line_clock_ahead_seqs)
+        )
 
     @property
     def tolerance_ms(self) -> int:
@@ -214,9 +224,12 @@ def _callers(clients: Iterable[str | None]) -> list[str | None]:
 # XADD '*' IDs are one ms after the clock the replay gives the unit. The AOF pin finds
 # them (its window runs to the row's own line, stamped after the XADD ran) and moves
 # them; the parser flags them (the unit began in an earlier ms than the row's line).
-# ``align`` lists them apart (``star_unit_clock_ahead``): only a row whose clock is an
-# earlier line's can be there; a row judged by its own line whose ID is after that line
-# has no candidate left in the pin's window and is counted unpinned instead.
+# ``align`` lists them apart (``star_unit_clock_ahead``). A row judged by its own line
+# can have its ID one ms after that line too (about 1 XADD '*' in 10,000 to 20,000 in a
+# dense pipeline): its command read the clock a microsecond or two before the line was
+# stamped, and the lead carried the read into the next ms. The pin's window runs one ms
+# past the row's line for it (``pin.CLOCK_LEAD_MS``); ``align`` lists these as
+# ``star_line_clock_ahead``, which the parser cannot flag (it sees milliseconds).
 
 
 def align(
@@ -309,14 +322,19 @@ def align(
                 if id_ms < clock_ms:
                     out.star_ms_later.append(where)
                     out.star_ms_later_seqs.append(rec.seq)
-                elif id_ms == clock_ms + 1 and id_seq == 0 and id_ms <= rec.ts_ms:
-                    # a unit's clock read that led its line's stamp (see "A unit's clock
-                    # after its line"); a row judged by its own line has clock_ms == ts_ms.
-                    # Only an ID that opened its millisecond: one after an entry of that
-                    # same ms (a later XADD of the unit) is that entry's successor, which
-                    # the replay makes too once that entry's ID is pinned
-                    out.star_unit_clock_ahead.append(where)
-                    out.star_unit_clock_ahead_seqs.append(rec.seq)
+                elif id_ms == clock_ms + 1 and id_seq == 0:
+                    # a clock read that led its line's stamp (see "A unit's clock after its
+                    # line"): a unit's (its clock is an earlier line's) or, past the row's
+                    # own line, the command's. Only an ID that opened its millisecond: one
+                    # after an entry of that same ms (a later XADD of the unit) is that
+                    # entry's successor, which the replay makes too once that entry's ID
+                    # is pinned
+                    if id_ms <= rec.ts_ms:
+                        out.star_unit_clock_ahead.append(where)
+                        out.star_unit_clock_ahead_seqs.append(rec.seq)
+                    else:
+                        out.star_line_clock_ahead.append(where)
+                        out.star_line_clock_ahead_seqs.append(rec.seq)
     return out
 
 
