@@ -34,27 +34,28 @@ def test_aof_ids_are_read_after_the_trim_options() -> None:
     assert ids == {(0, "s"): Counter([StreamID(10, 1)]), (2, "s"): Counter([StreamID(10, 2)])}
 
 
-def test_a_clock_read_before_the_line_millisecond_is_pinned() -> None:
-    # the line before was stamped at 100; this one at 101, but the server's clock read
-    # was still 100, so the entry is 100-1 (after 100-0), not 101-0
-    rows = [row(1, 100, "XADD", "s", "*", "f", "v"), row(2, 101, "XADD", "s", "*", "f", "v")]
-    stats = pin_star_ids(
-        rows, [aof("XADD", "s", "100-0", "f", "v"), aof("XADD", "s", "100-1", "f", "v")]
-    )
-    assert [r["argv"][2] for r in rows] == ["100-0", "100-1"]
-    assert (stats.star_rows, stats.pinned, stats.moved, stats.unpinned) == (2, 2, 1, 0)
-    assert stats.moved_seqs == [2]
-
-
-def test_a_clock_that_led_its_line_into_the_next_millisecond_is_pinned() -> None:
-    # Valkey 9.1's command clock runs a microsecond or two ahead of its MONITOR stamps:
-    # the second XADD read 101 while its line, stamped right after it ran, shows 100. The
-    # first one's ID is the smallest candidate the AOF shows (100-0), not 101-0
-    rows = [row(1, 100, "XADD", "s", "*", "f", "v"), row(2, 100, "XADD", "s", "*", "f", "v")]
-    stats = pin_star_ids(
-        rows, [aof("XADD", "s", "100-0", "f", "v"), aof("XADD", "s", "101-0", "f", "v")]
-    )
-    assert [r["argv"][2] for r in rows] == ["100-0", "101-0"]
+@pytest.mark.parametrize(
+    ("second_line_ms", "aof_ids"),
+    [
+        # the line before was stamped at 100; this one at 101, but the server's clock
+        # read was still 100, so the entry is 100-1 (after 100-0), not 101-0
+        (101, ["100-0", "100-1"]),
+        # Valkey 9.1's command clock runs a microsecond or two ahead of its MONITOR
+        # stamps: the second XADD read 101 while its line, stamped right after it ran,
+        # shows 100. The first one's ID is the smallest candidate the AOF shows (100-0)
+        (100, ["100-0", "101-0"]),
+    ],
+    ids=["clock-before-its-line", "clock-ahead-of-its-line"],
+)
+def test_a_clock_read_outside_the_lines_millisecond_is_pinned(
+    second_line_ms: int, aof_ids: list[str]
+) -> None:
+    rows = [
+        row(1, 100, "XADD", "s", "*", "f", "v"),
+        row(2, second_line_ms, "XADD", "s", "*", "f", "v"),
+    ]
+    stats = pin_star_ids(rows, [aof("XADD", "s", i, "f", "v") for i in aof_ids])
+    assert [r["argv"][2] for r in rows] == aof_ids
     assert (stats.star_rows, stats.pinned, stats.moved, stats.unpinned) == (2, 2, 1, 0)
     assert stats.moved_seqs == [2]
 
